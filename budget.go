@@ -1,0 +1,110 @@
+package retryhttp
+
+import (
+	"math"
+	"sync/atomic"
+)
+
+// Default costs of the retry quota, as in the AWS SDKs' standard retry mode.
+const (
+	// DefaultBudgetTokens is the size of the bucket a Transport makes for
+	// itself when its Budget is nil.
+	DefaultBudgetTokens = 500
+	// RetryCost is what a retry after a transient failure (502, 503, 504, a
+	// network error) takes from the bucket.
+	RetryCost = 14
+	// ThrottleRetryCost is what a retry after a throttling response (429)
+	// takes from the bucket.
+	ThrottleRetryCost = 5
+	// SuccessReward is what a request that succeeds on its first attempt
+	// puts back, never above the bucket's capacity.
+	SuccessReward = 1
+)
+
+// A Budget is a token bucket that pays for retries, so that a client facing a
+// sick dependency stops retrying instead of multiplying the load on it.
+//
+// Each retry takes RetryCost or ThrottleRetryCost tokens before it is made; a
+// retry that succeeds gives its cost back, and a request that succeeds on its
+// first attempt adds SuccessReward. When the bucket cannot pay for a retry,
+// the Transport returns the last result at once. With three attempts the
+// bucket only drains when roughly a fifth of attempts fail, so healthy traffic
+// never notices it; during an outage it caps retries at about one per 14
+// failed requests' worth of tokens.
+//
+// A Budget is local to the process: sharing one between Transports makes them
+// share one quota, but it bounds nothing across a fleet. Its methods are safe
+// for concurrent use and lock-free. Make one with NewBudget or
+// UnlimitedBudget; the zero Budget holds no tokens and refuses every retry.
+type Budget struct {
+	tokens    atomic.Int64
+	capacity  int64
+	unlimited bool
+}
+
+// NewBudget returns a full bucket of the given number of tokens. A negative
+// number is taken as zero: such a budget refuses every retry.
+func NewBudget(tokens int) *Budget {
+	b := &Budget{capacity: int64(max(tokens, 0))}
+	b.tokens.Store(b.capacity)
+	return b
+}
+
+// UnlimitedBudget returns a Budget that never refuses a retry. It exists for
+// simulations and for layered setups that bound retries some other way; a
+// production client should keep a finite budget.
+func UnlimitedBudget() *Budget {
+	return &Budget{capacity: math.MaxInt64, unlimited: true}
+}
+
+// Available reports the tokens in the bucket now. An unlimited budget
+// reports math.MaxInt.
+func (b *Budget) Available() int {
+	if b.unlimited {
+		return math.MaxInt
+	}
+	return int(b.tokens.Load())
+}
+
+// Capacity reports the most tokens the bucket holds.
+func (b *Budget) Capacity() int {
+	if b.unlimited {
+		return math.MaxInt
+	}
+	return int(b.capacity)
+}
+
+// take removes cost tokens if the bucket holds that many and reports whether
+// it did.
+func (b *Budget) take(cost int64) bool {
+	if b.unlimited {
+		return true
+	}
+	for {
+		cur := b.tokens.Load()
+		if cur < cost {
+			return false
+		}
+		if b.tokens.CompareAndSwap(cur, cur-cost) {
+			return true
+		}
+	}
+}
+
+// give adds n tokens, never above capacity. A full bucket is only read, never
+// written, so the success path of a healthy client does not bounce the
+// bucket's cache line between cores.
+func (b *Budget) give(n int64) {
+	if b.unlimited {
+		return
+	}
+	for {
+		cur := b.tokens.Load()
+		if cur >= b.capacity {
+			return
+		}
+		if b.tokens.CompareAndSwap(cur, min(cur+n, b.capacity)) {
+			return
+		}
+	}
+}

@@ -1,0 +1,210 @@
+package retryhttp
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// A Decision is what the Transport did after an attempt.
+type Decision uint8
+
+const (
+	// Done: the outcome was Success or Permanent and is returned as it is.
+	Done Decision = iota
+	// Retry: another attempt follows after Attempt.Delay.
+	Retry
+	// StopAttempts: the outcome was retryable but Policy.MaxAttempts were
+	// made.
+	StopAttempts
+	// StopBudget: the Budget could not pay for the retry.
+	StopBudget
+	// StopDeadline: the wait would not end before the deadline (the request
+	// context's or Policy.Timeout's).
+	StopDeadline
+	// StopServerDelay: the server asked for a wait longer than
+	// Policy.MaxServerDelay.
+	StopServerDelay
+	// StopNotReplayable: the request body cannot be sent again (no GetBody,
+	// or GetBody failed).
+	StopNotReplayable
+	// StopNotIdempotent: a POST or PATCH without an idempotency key, after a
+	// failure that does not prove the request was never sent.
+	StopNotIdempotent
+	// StopCanceled: the request's context ended, during an attempt or a wait.
+	StopCanceled
+)
+
+func (d Decision) String() string {
+	switch d {
+	case Done:
+		return "done"
+	case Retry:
+		return "retry"
+	case StopAttempts:
+		return "attempts exhausted"
+	case StopBudget:
+		return "retry budget exhausted"
+	case StopDeadline:
+		return "deadline too close"
+	case StopServerDelay:
+		return "server delay too long"
+	case StopNotReplayable:
+		return "body not replayable"
+	case StopNotIdempotent:
+		return "not idempotent"
+	case StopCanceled:
+		return "canceled"
+	}
+	return "decision(" + itoa(int(d)) + ")"
+}
+
+// DelaySource says where a wait came from.
+type DelaySource uint8
+
+const (
+	// FromBackoff: the Policy's backoff schedule chose the wait.
+	FromBackoff DelaySource = iota
+	// FromServer: the response asked for it (Retry-After and kin).
+	FromServer
+)
+
+func (s DelaySource) String() string {
+	if s == FromServer {
+		return "server"
+	}
+	return "backoff"
+}
+
+// An Attempt describes one attempt and what the Transport decided after it.
+// It is passed to Transport.OnAttempt.
+type Attempt struct {
+	// Request is the request this attempt sent, idempotency key included.
+	// Read it; do not modify it or read its body.
+	Request *http.Request
+	// Number counts attempts from 1.
+	Number int
+	// Status is the response's status code, 0 when Err is set.
+	Status int
+	// Err is the attempt's error, nil when a response arrived.
+	Err error
+	// Class is how the Policy classified the outcome.
+	Class Class
+	// Decision is what happens next.
+	Decision Decision
+	// Delay is the wait before the next attempt when Decision is Retry; for
+	// StopDeadline and StopServerDelay, the wait that was refused.
+	Delay time.Duration
+	// DelaySource says whether Delay came from backoff or the server.
+	DelaySource DelaySource
+	// Tokens is what the Budget holds after the decision.
+	Tokens int
+	// Duration is how long the attempt took, up to its response headers or
+	// its error.
+	Duration time.Duration
+}
+
+// Error is the error RoundTrip returns when it ends on an error rather than a
+// response. It wraps the last attempt's error, so errors.Is and errors.As
+// reach the cause; when the context ended during a wait, it wraps the
+// context's error as well.
+type Error struct {
+	// Attempts is the number of attempts made.
+	Attempts int
+	// Decision says why no further attempt was made: Done when the error was
+	// not retryable.
+	Decision Decision
+	// Err is the cause.
+	Err error
+}
+
+func (e *Error) Error() string {
+	why := e.Decision.String()
+	if e.Decision == Done {
+		why = "not retryable"
+	}
+	return "retryhttp: " + why + " after " + plural(e.Attempts, "attempt") + ": " + errString(e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+func plural(n int, s string) string {
+	if n == 1 {
+		return "1 " + s
+	}
+	return itoa(n) + " " + s + "s"
+}
+
+// errString renders err without the query string or user info of any URL it
+// carries.
+func errString(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		u, perr := url.Parse(ue.URL)
+		if perr != nil {
+			return ue.Op + " <invalid URL>: " + errString(ue.Err)
+		}
+		return ue.Op + " " + redactURL(u) + ": " + errString(ue.Err)
+	}
+	return err.Error()
+}
+
+// redactURL renders u without user info, query or fragment: what may go into
+// logs and errors.
+func redactURL(u *url.URL) string {
+	if u == nil {
+		return ""
+	}
+	r := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}
+	return r.String()
+}
+
+// log writes one line for a retry decision: every attempt whose outcome was
+// retryable, and the Done of an attempt that followed a retry.
+func (t *Transport) log(ctx context.Context, a Attempt) {
+	if a.Decision == Done && a.Number == 1 {
+		return
+	}
+	level := slog.LevelInfo
+	msg := "retryhttp: retrying"
+	switch a.Decision {
+	case Retry:
+	case Done:
+		msg = "retryhttp: done after retry"
+	default:
+		level, msg = slog.LevelWarn, "retryhttp: giving up"
+	}
+	if !t.Logger.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("method", method(a.Request)),
+		slog.String("url", redactURL(a.Request.URL)),
+		slog.Int("attempt", a.Number),
+		slog.String("class", a.Class.String()),
+		slog.String("decision", a.Decision.String()),
+	}
+	if a.Err != nil {
+		attrs = append(attrs, slog.String("error", errString(a.Err)))
+	} else {
+		attrs = append(attrs, slog.Int("status", a.Status))
+	}
+	if a.Decision == Retry || a.Decision == StopDeadline || a.Decision == StopServerDelay {
+		attrs = append(attrs, slog.Duration("delay", a.Delay), slog.String("delay_source", a.DelaySource.String()))
+	}
+	attrs = append(attrs, slog.Int("tokens", a.Tokens))
+	t.Logger.LogAttrs(ctx, level, msg, attrs...)
+}
+
+func method(r *http.Request) string {
+	if r.Method == "" {
+		return http.MethodGet
+	}
+	return r.Method
+}

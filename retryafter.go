@@ -1,0 +1,97 @@
+package retryhttp
+
+import (
+	"math"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Headers by which a server asks for a delay before the next attempt, in the
+// order they are consulted: the millisecond forms are more precise, so they
+// win when they hold a valid value.
+const (
+	headerAmzRetryAfter = "X-Amz-Retry-After" // milliseconds, sent by AWS services
+	headerRetryAfterMs  = "Retry-After-Ms"    // milliseconds, sent by some Azure and OpenAI APIs
+	headerRetryAfter    = "Retry-After"       // RFC 9110 §10.2.3: delay-seconds or an HTTP-date
+)
+
+// ParseRetryAfter returns the delay a response's headers ask for before the
+// next attempt, and whether they ask for one.
+//
+// It reads x-amz-retry-after and retry-after-ms (non-negative integers of
+// milliseconds), then Retry-After (RFC 9110 §10.2.3: non-negative integer
+// seconds, or an HTTP-date in IMF-fixdate, RFC 850 or asctime form), and
+// returns the first valid one. A date is measured from now; a date in the
+// past asks for no wait (0, true). A header present more than once with
+// different values, or holding anything else (a sign, a fraction, a unit,
+// letters, a malformed date), is invalid and skipped. A number too large for
+// a time.Duration is valid: it asks for the longest wait there is, which no
+// Policy honours, so the response goes back to the caller.
+//
+// The returned duration is never negative.
+func ParseRetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
+	if d, ok := parseDelay(h[headerAmzRetryAfter], time.Millisecond); ok {
+		return d, true
+	}
+	if d, ok := parseDelay(h[headerRetryAfterMs], time.Millisecond); ok {
+		return d, true
+	}
+	vs := h[headerRetryAfter]
+	if d, ok := parseDelay(vs, time.Second); ok {
+		return d, true
+	}
+	v, ok := single(vs)
+	if !ok {
+		return 0, false
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	if d := t.Sub(now); d > 0 {
+		return d, true
+	}
+	return 0, true
+}
+
+// single returns the one value of a header, trimmed of surrounding spaces;
+// repeated identical values count as one.
+func single(vs []string) (string, bool) {
+	if len(vs) == 0 {
+		return "", false
+	}
+	v := strings.Trim(vs[0], " \t")
+	for _, o := range vs[1:] {
+		if strings.Trim(o, " \t") != v {
+			return "", false
+		}
+	}
+	return v, v != ""
+}
+
+// parseDelay reads a header value of decimal digits only, in the given unit.
+func parseDelay(vs []string, unit time.Duration) (time.Duration, bool) {
+	v, ok := single(vs)
+	if !ok {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if n > (math.MaxInt64-int64(c-'0'))/10 {
+			n = math.MaxInt64 // keep checking the syntax; the value saturates
+			continue
+		}
+		if n != math.MaxInt64 {
+			n = n*10 + int64(c-'0')
+		}
+	}
+	if n > int64(math.MaxInt64/unit) {
+		return math.MaxInt64, true
+	}
+	return time.Duration(n) * unit, true
+}

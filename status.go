@@ -1,0 +1,157 @@
+package retryhttp
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"syscall"
+)
+
+// A Class says what an attempt's outcome means for retrying.
+type Class uint8
+
+const (
+	// Success is a response that is not an error: 1xx, 2xx, 3xx. It ends the
+	// request, and a retry that ends in Success gives its tokens back.
+	Success Class = iota
+	// Permanent is a failure that another attempt would not fix: 4xx other
+	// than 429, 500, 501 and other 5xx by default, the caller's cancellation,
+	// certificate errors, malformed requests. It is returned as it is.
+	Permanent
+	// Transient is a failure that may pass: 502, 503, 504, or a network
+	// error before a response. Retried after BaseDelay-based backoff, at
+	// RetryCost tokens.
+	Transient
+	// Throttling is the server asking the client to slow down: 429. Retried
+	// after ThrottleBaseDelay-based backoff, at ThrottleRetryCost tokens.
+	Throttling
+)
+
+func (c Class) String() string {
+	switch c {
+	case Success:
+		return "success"
+	case Permanent:
+		return "permanent"
+	case Transient:
+		return "transient"
+	case Throttling:
+		return "throttling"
+	}
+	return "class(" + itoa(int(c)) + ")"
+}
+
+// retryable reports whether the class is one the Transport retries.
+func (c Class) retryable() bool { return c == Transient || c == Throttling }
+
+// ErrAttemptTimeout is the cause of an attempt cut off by
+// Policy.AttemptTimeout. Errors of such attempts match it with errors.Is, and
+// DefaultClassify treats them as Transient; the caller's own deadline is
+// never reported as ErrAttemptTimeout.
+var ErrAttemptTimeout = errors.New("retryhttp: attempt timed out")
+
+// DefaultClassify is the classifier a Policy uses when its Classify is nil.
+// Exactly one of resp and err is non-nil.
+//
+// Responses: 502, 503 and 504 are Transient, 429 is Throttling, any other
+// status of 400 or above is Permanent (500 among them: the server may have
+// done the work before failing), anything below 400 is Success.
+//
+// Errors: an attempt's own timeout (ErrAttemptTimeout) is Transient; the
+// caller's cancellation or deadline is Permanent; so are certificate and TLS
+// protocol errors, and any error not recognised as a network failure (an
+// unsupported scheme, an invalid header). Recognised network failures are
+// Transient: dial errors, refused, reset or aborted connections, broken
+// pipes, unreachable hosts, DNS failures other than "no such host", EOF
+// before a response, and errors reporting Timeout().
+//
+// To retry more, wrap it:
+//
+//	Classify: func(resp *http.Response, err error) retryhttp.Class {
+//		if resp != nil && resp.StatusCode == http.StatusRequestTimeout {
+//			return retryhttp.Transient
+//		}
+//		return retryhttp.DefaultClassify(resp, err)
+//	}
+func DefaultClassify(resp *http.Response, err error) Class {
+	if err != nil {
+		return classifyError(err)
+	}
+	switch resp.StatusCode {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return Transient
+	case http.StatusTooManyRequests:
+		return Throttling
+	}
+	if resp.StatusCode >= 400 {
+		return Permanent
+	}
+	return Success
+}
+
+func classifyError(err error) Class {
+	if errors.Is(err, ErrAttemptTimeout) {
+		return Transient
+	}
+	// The caller's cancellation or deadline: trying again cannot help, and
+	// context errors also claim Timeout(), so this comes before that check.
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return Permanent
+	}
+	// The peer is not who it claims to be, or does not speak TLS: the same
+	// answer comes back however often we ask.
+	var (
+		certErr      *tls.CertificateVerificationError
+		unknownCA    x509.UnknownAuthorityError
+		hostnameErr  x509.HostnameError
+		invalidCert  x509.CertificateInvalidError
+		recordHdrErr tls.RecordHeaderError
+		alertErr     tls.AlertError
+	)
+	if errors.As(err, &certErr) || errors.As(err, &unknownCA) || errors.As(err, &hostnameErr) ||
+		errors.As(err, &invalidCert) || errors.As(err, &recordHdrErr) || errors.As(err, &alertErr) {
+		return Permanent
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		if dnsErr.IsNotFound {
+			return Permanent
+		}
+		return Transient
+	}
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED),
+		errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.ECONNABORTED),
+		errors.Is(err, syscall.EPIPE),
+		errors.Is(err, syscall.EHOSTUNREACH),
+		errors.Is(err, syscall.ENETUNREACH),
+		errors.Is(err, syscall.ETIMEDOUT),
+		errors.Is(err, io.EOF),
+		errors.Is(err, io.ErrUnexpectedEOF):
+		return Transient
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		return Transient
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) && netErr.Timeout() {
+		return Transient
+	}
+	return Permanent
+}
+
+// neverSent reports whether err proves that the request did not reach the
+// server: the connection for it was never made.
+func neverSent(err error) bool {
+	var opErr *net.OpError
+	return errors.As(err, &opErr) && opErr.Op == "dial"
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

@@ -1,0 +1,563 @@
+package retryhttp
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"reflect"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Rand sources that pin the jitter to the ends of its window.
+func highRand(n int64) int64 { return n - 1 }
+func lowRand(int64) int64    { return 0 }
+
+func newReq(t *testing.T, method, body string) *http.Request {
+	t.Helper()
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, "http://example.test/path?token=secret", r)
+	require.NoError(t, err)
+	return req
+}
+
+// roundTrip runs req through tr and reads and closes the response body.
+func roundTrip(t *testing.T, tr *Transport, req *http.Request) (int, string, error) {
+	t.Helper()
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		if resp != nil {
+			t.Fatalf("RoundTrip returned a response and an error (%v)", err)
+		}
+		return 0, "", err
+	}
+	if resp == nil {
+		t.Fatal("RoundTrip returned neither a response nor an error")
+	}
+	b, rerr := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if rerr != nil {
+		t.Fatalf("reading the final body: %v", rerr)
+	}
+	return resp.StatusCode, string(b), nil
+}
+
+var errReset = &wrappedErr{syscall.ECONNRESET}
+
+type wrappedErr struct{ err error }
+
+func (e *wrappedErr) Error() string { return "read tcp: " + e.err.Error() }
+func (e *wrappedErr) Unwrap() error { return e.err }
+
+func TestRetryableOutcomesAreRetried(t *testing.T) {
+	tests := []struct {
+		name      string
+		method    string
+		first     step
+		maxWindow time.Duration // the first wait lies in [0, maxWindow]
+		cost      int
+	}{
+		{"502", "GET", status(502), 50 * time.Millisecond, RetryCost},
+		{"503", "GET", status(503), 50 * time.Millisecond, RetryCost},
+		{"504", "GET", status(504), 50 * time.Millisecond, RetryCost},
+		{"429 throttling", "GET", status(429), time.Second, ThrottleRetryCost},
+		{"connection reset", "GET", step{err: errReset}, 50 * time.Millisecond, RetryCost},
+		{"503 POST", "POST", status(503), 50 * time.Millisecond, RetryCost},
+		{"503 PUT", "PUT", status(503), 50 * time.Millisecond, RetryCost},
+		{"503 DELETE", "DELETE", status(503), 50 * time.Millisecond, RetryCost},
+		{"503 PATCH", "PATCH", status(503), 50 * time.Millisecond, RetryCost},
+	}
+	for _, tc := range tests {
+		for _, rnd := range []struct {
+			name string
+			fn   func(int64) int64
+			want func(max time.Duration) time.Duration
+		}{
+			{"high", highRand, func(m time.Duration) time.Duration { return m }},
+			{"low", lowRand, func(time.Duration) time.Duration { return 0 }},
+		} {
+			t.Run(tc.name+"/"+rnd.name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					base := newMemBase(tc.first, step{status: 200, body: "ok"})
+					var hooks []Attempt
+					tr := &Transport{Base: base, Policy: Policy{Rand: rnd.fn},
+						OnAttempt: func(a Attempt) { hooks = append(hooks, a) }}
+					code, body, err := roundTrip(t, tr, newReq(t, tc.method, "payload"))
+					if err != nil || code != 200 || body != "ok" {
+						t.Fatalf("got (%d, %q, %v); want (200, \"ok\", nil)", code, body, err)
+					}
+					as := base.Attempts()
+					if len(as) != 2 {
+						t.Fatalf("got %d attempts; want 2", len(as))
+					}
+					if gap, want := base.Gaps()[0], rnd.want(tc.maxWindow); gap != want {
+						t.Errorf("got wait %v; want %v (window [0, %v])", gap, want, tc.maxWindow)
+					}
+					if as[0].Body != "payload" || as[1].Body != "payload" {
+						t.Errorf("got bodies %q, %q; want the payload twice", as[0].Body, as[1].Body)
+					}
+					keys := base.Keys()
+					if tc.method == "POST" || tc.method == "PATCH" {
+						if keys[0] == "" || keys[0] != keys[1] {
+							t.Errorf("got keys %q; want one key sent on both attempts", keys)
+						}
+					} else if keys[0] != "" || keys[1] != "" {
+						t.Errorf("got keys %q on an idempotent %s; want none", keys, tc.method)
+					}
+					// The retry took its cost and gave it back on success.
+					if got := tr.BudgetInUse().Available(); got != DefaultBudgetTokens {
+						t.Errorf("got %d tokens after a successful retry; want %d", got, DefaultBudgetTokens)
+					}
+					if len(hooks) != 2 || hooks[0].Decision != Retry || hooks[1].Decision != Done {
+						t.Fatalf("got hook decisions %v; want [retry done]", decisions(hooks))
+					}
+					if got, want := hooks[0].Tokens, DefaultBudgetTokens-tc.cost; got != want {
+						t.Errorf("got %d tokens after the retry was paid; want %d", got, want)
+					}
+					if base.Open() != 0 {
+						t.Errorf("got %d response bodies left open; want 0", base.Open())
+					}
+				})
+			})
+		}
+	}
+}
+
+func decisions(as []Attempt) []string {
+	var s []string
+	for _, a := range as {
+		s = append(s, a.Decision.String())
+	}
+	return s
+}
+
+func TestPermanentOutcomesAreNotRetried(t *testing.T) {
+	for _, code := range []int{400, 401, 403, 404, 405, 408, 409, 410, 422, 500, 501, 505} {
+		t.Run(http.StatusText(code), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := newMemBase(step{status: code, body: "no"}, status(200))
+				tr := &Transport{Base: base}
+				got, body, err := roundTrip(t, tr, newReq(t, "GET", ""))
+				if err != nil || got != code || body != "no" {
+					t.Fatalf("got (%d, %q, %v); want (%d, \"no\", nil)", got, body, err, code)
+				}
+				if n := len(base.Attempts()); n != 1 {
+					t.Errorf("got %d attempts; want 1", n)
+				}
+				if got := tr.BudgetInUse().Available(); got != DefaultBudgetTokens {
+					t.Errorf("got %d tokens; want %d", got, DefaultBudgetTokens)
+				}
+			})
+		})
+	}
+}
+
+func TestCustomClassifierRetries500(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := newMemBase(status(500), status(408), status(200))
+		tr := &Transport{Base: base, Policy: Policy{Classify: func(resp *http.Response, err error) Class {
+			if resp != nil && (resp.StatusCode == 500 || resp.StatusCode == 408) {
+				return Transient
+			}
+			return DefaultClassify(resp, err)
+		}}}
+		code, _, err := roundTrip(t, tr, newReq(t, "GET", ""))
+		if err != nil || code != 200 || len(base.Attempts()) != 3 {
+			t.Fatalf("got (%d, %v) after %d attempts; want (200, nil) after 3", code, err, len(base.Attempts()))
+		}
+	})
+}
+
+func TestAttemptsExhausted(t *testing.T) {
+	t.Run("response", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			base := newMemBase(step{status: 503, body: "down"})
+			tr := &Transport{Base: base}
+			code, body, err := roundTrip(t, tr, newReq(t, "GET", ""))
+			if err != nil || code != 503 || body != "down" {
+				t.Fatalf("got (%d, %q, %v); want the last 503 with a nil error", code, body, err)
+			}
+			if n := len(base.Attempts()); n != 3 {
+				t.Errorf("got %d attempts; want 3", n)
+			}
+			if got, want := tr.BudgetInUse().Available(), DefaultBudgetTokens-2*RetryCost; got != want {
+				t.Errorf("got %d tokens; want %d", got, want)
+			}
+		})
+	})
+	t.Run("error", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			base := newMemBase(step{err: errReset})
+			tr := &Transport{Base: base, Policy: Policy{MaxAttempts: 5}}
+			_, _, err := roundTrip(t, tr, newReq(t, "GET", ""))
+			var re *Error
+			if !errors.As(err, &re) {
+				t.Fatalf("got %v; want an *Error", err)
+			}
+			if re.Attempts != 5 || re.Decision != StopAttempts {
+				t.Errorf("got %d attempts, %v; want 5, %v", re.Attempts, re.Decision, StopAttempts)
+			}
+			if !errors.Is(err, syscall.ECONNRESET) {
+				t.Errorf("got %v; want it to wrap ECONNRESET", err)
+			}
+			if want := "retryhttp: attempts exhausted after 5 attempts: read tcp: connection reset by peer"; err.Error() != want {
+				t.Errorf("got %q; want %q", err.Error(), want)
+			}
+		})
+	})
+}
+
+func TestBackoffSchedule(t *testing.T) {
+	tests := []struct {
+		name   string
+		policy Policy
+		first  step
+		want   []time.Duration
+	}{
+		{"no jitter doubles from 50ms", Policy{MaxAttempts: 5, Jitter: NoJitter}, status(503),
+			[]time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond}},
+		{"full jitter at its ceiling", Policy{MaxAttempts: 4, Rand: highRand}, status(503),
+			[]time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond}},
+		{"throttling doubles from 1s", Policy{MaxAttempts: 4, Jitter: NoJitter}, status(429),
+			[]time.Duration{time.Second, 2 * time.Second, 4 * time.Second}},
+		{"capped by MaxDelay", Policy{MaxAttempts: 5, Jitter: NoJitter, MaxDelay: 3 * time.Second}, status(429),
+			[]time.Duration{time.Second, 2 * time.Second, 3 * time.Second, 3 * time.Second}},
+		{"equal jitter at its floor", Policy{MaxAttempts: 4, Jitter: EqualJitter, Rand: lowRand}, status(503),
+			[]time.Duration{25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond}},
+		{"decorrelated at its ceiling", Policy{MaxAttempts: 4, Jitter: DecorrelatedJitter, Rand: highRand}, status(503),
+			[]time.Duration{150 * time.Millisecond, 450 * time.Millisecond, 1350 * time.Millisecond}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := newMemBase(tc.first)
+				tr := &Transport{Base: base, Policy: tc.policy, Budget: UnlimitedBudget()}
+				roundTrip(t, tr, newReq(t, "GET", ""))
+				if got := base.Gaps(); !reflect.DeepEqual(got, tc.want) {
+					t.Errorf("got waits %v; want %v", got, tc.want)
+				}
+			})
+		})
+	}
+}
+
+func TestDeadline(t *testing.T) {
+	t.Run("Policy.Timeout: a wait that cannot end in time is not started", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			base := newMemBase(status(503))
+			var last Attempt
+			tr := &Transport{Base: base, Policy: Policy{MaxAttempts: 10, Jitter: NoJitter, Timeout: 120 * time.Millisecond},
+				OnAttempt: func(a Attempt) { last = a }}
+			start := time.Now()
+			code, _, err := roundTrip(t, tr, newReq(t, "GET", ""))
+			if err != nil || code != 503 {
+				t.Fatalf("got (%d, %v); want the 503 with a nil error", code, err)
+			}
+			// Waits of 50ms, then 100ms would end at 150ms > 120ms.
+			if got := time.Since(start); got != 50*time.Millisecond {
+				t.Errorf("got %v elapsed; want 50ms", got)
+			}
+			if n := len(base.Attempts()); n != 2 {
+				t.Errorf("got %d attempts; want 2", n)
+			}
+			if last.Decision != StopDeadline || last.Delay != 100*time.Millisecond {
+				t.Errorf("got last decision %v with delay %v; want %v with 100ms", last.Decision, last.Delay, StopDeadline)
+			}
+			if got, want := tr.BudgetInUse().Available(), DefaultBudgetTokens-RetryCost; got != want {
+				t.Errorf("got %d tokens; want %d (a refused wait costs nothing)", got, want)
+			}
+		})
+	})
+	t.Run("context deadline", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			base := newMemBase(step{err: errReset})
+			tr := &Transport{Base: base, Policy: Policy{MaxAttempts: 10, Jitter: NoJitter, BaseDelay: 100 * time.Millisecond}}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			start := time.Now()
+			_, _, err := roundTrip(t, tr, newReq(t, "GET", "").WithContext(ctx))
+			// Waits 100, 200, 400 end at 700ms; 800 more would pass 1s.
+			if got := time.Since(start); got != 700*time.Millisecond {
+				t.Errorf("got %v elapsed; want 700ms", got)
+			}
+			var re *Error
+			if !errors.As(err, &re) || re.Decision != StopDeadline || re.Attempts != 4 {
+				t.Errorf("got %v; want an *Error after 4 attempts, %v", err, StopDeadline)
+			}
+		})
+	})
+	t.Run("cancelled mid-wait", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			base := newMemBase(status(429))
+			tr := &Transport{Base: base, Policy: Policy{Rand: highRand}}
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(20*time.Millisecond, cancel)
+			start := time.Now()
+			resp, err := tr.RoundTrip(newReq(t, "GET", "").WithContext(ctx))
+			if resp != nil {
+				t.Fatalf("got a response; want none")
+			}
+			if got := time.Since(start); got != 20*time.Millisecond {
+				t.Errorf("got %v elapsed; want 20ms", got)
+			}
+			var re *Error
+			if !errors.Is(err, context.Canceled) || !errors.As(err, &re) || re.Decision != StopCanceled || re.Attempts != 1 {
+				t.Errorf("got %v; want an *Error wrapping context.Canceled after 1 attempt", err)
+			}
+			if base.Open() != 0 {
+				t.Errorf("got %d bodies open; want 0", base.Open())
+			}
+		})
+	})
+	t.Run("Policy.Timeout mid-wait", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			base := newMemBase(step{err: errReset})
+			// The deadline check uses the wait drawn: 0 with lowRand, so the
+			// transport keeps trying until an attempt itself runs into it.
+			tr := &Transport{Base: base, Policy: Policy{MaxAttempts: 3, Timeout: time.Second, Rand: lowRand}}
+			_, _, err := roundTrip(t, tr, newReq(t, "GET", ""))
+			var re *Error
+			if !errors.As(err, &re) || re.Decision != StopAttempts {
+				t.Errorf("got %v; want %v", err, StopAttempts)
+			}
+		})
+	})
+}
+
+func TestCancellation(t *testing.T) {
+	t.Run("already cancelled: no attempt, body closed", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			base := newMemBase()
+			tr := &Transport{Base: base}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			body := &closeCounter{Reader: strings.NewReader("x")}
+			req := newReq(t, "POST", "").WithContext(ctx)
+			req.Body = body
+			_, err := tr.RoundTrip(req)
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("got %v; want context.Canceled", err)
+			}
+			if n := len(base.Attempts()); n != 0 {
+				t.Errorf("got %d attempts; want 0", n)
+			}
+			if body.closes != 1 {
+				t.Errorf("got %d closes of the request body; want 1", body.closes)
+			}
+		})
+	})
+	t.Run("cancelled during an attempt", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			base := newMemBase(step{block: true})
+			tr := &Transport{Base: base}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			_, err := tr.RoundTrip(newReq(t, "GET", "").WithContext(ctx))
+			var re *Error
+			if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &re) || re.Decision != StopCanceled {
+				t.Errorf("got %v; want %v wrapping context.DeadlineExceeded", err, StopCanceled)
+			}
+			if n := len(base.Attempts()); n != 1 {
+				t.Errorf("got %d attempts; want 1", n)
+			}
+		})
+	})
+}
+
+type closeCounter struct {
+	io.Reader
+	mu     sync.Mutex
+	closes int
+}
+
+func (c *closeCounter) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closes++
+	return nil
+}
+
+func TestAttemptTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := newMemBase(step{block: true}, step{status: 200, body: "late but whole"})
+		var hooks []Attempt
+		tr := &Transport{Base: base, Policy: Policy{AttemptTimeout: 2 * time.Second, Rand: lowRand},
+			OnAttempt: func(a Attempt) { hooks = append(hooks, a) }}
+		resp, err := tr.RoundTrip(newReq(t, "GET", ""))
+		require.NoError(t, err)
+		if len(hooks) != 2 || !errors.Is(hooks[0].Err, ErrAttemptTimeout) || hooks[0].Class != Transient {
+			t.Fatalf("got hooks %+v; want a Transient ErrAttemptTimeout, then success", hooks)
+		}
+		if hooks[0].Duration != 2*time.Second {
+			t.Errorf("got first attempt duration %v; want 2s", hooks[0].Duration)
+		}
+		// Well past the attempt timeout, the returned body still reads.
+		time.Sleep(10 * time.Second)
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(b) != "late but whole" {
+			t.Errorf("got (%q, %v) reading the body; want the whole body", b, err)
+		}
+		if base.Open() != 0 {
+			t.Errorf("got %d bodies open; want 0", base.Open())
+		}
+	})
+}
+
+func TestTimeoutReleasedOnBodyClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := newMemBase(step{status: 200, body: "hello"})
+		tr := &Transport{Base: base, Policy: Policy{Timeout: time.Minute}}
+		resp, err := tr.RoundTrip(newReq(t, "GET", ""))
+		require.NoError(t, err)
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || string(b) != "hello" {
+			t.Fatalf("got (%q, %v); want hello", b, err)
+		}
+		ctx := resp.Request.Context()
+		if ctx.Err() != nil {
+			t.Fatalf("context ended before Close: %v", ctx.Err())
+		}
+		resp.Body.Close()
+		if ctx.Err() == nil {
+			t.Errorf("the Timeout's context is still live after Close; want it released")
+		}
+	})
+}
+
+func TestServerRequestedDelay(t *testing.T) {
+	date := func(d time.Duration) string { return time.Now().Add(d).UTC().Format(http.TimeFormat) }
+	tests := []struct {
+		name     string
+		first    func() step
+		policy   Policy
+		attempts int
+		minWait  time.Duration
+		maxWait  time.Duration
+		last     Decision
+	}{
+		{"429 Retry-After seconds", func() step { return retryAfter(429, "Retry-After", "2") }, Policy{},
+			2, 2 * time.Second, 2200 * time.Millisecond, Done},
+		{"503 Retry-After date", func() step { return retryAfter(503, "Retry-After", date(3*time.Second)) }, Policy{},
+			2, 3 * time.Second, 3300 * time.Millisecond, Done},
+		{"x-amz-retry-after milliseconds", func() step { return retryAfter(503, "x-amz-retry-after", "1500") }, Policy{},
+			2, 1500 * time.Millisecond, 1650 * time.Millisecond, Done},
+		{"retry-after-ms", func() step { return retryAfter(429, "retry-after-ms", "250") }, Policy{},
+			2, 250 * time.Millisecond, 275 * time.Millisecond, Done},
+		{"past date: no wait", func() step { return retryAfter(503, "Retry-After", date(-time.Hour)) }, Policy{},
+			2, 0, 0, Done},
+		{"invalid value: backoff", func() step { return retryAfter(503, "Retry-After", "soon") }, Policy{Rand: highRand},
+			2, 50 * time.Millisecond, 50 * time.Millisecond, Done},
+		{"longer than MaxDelay: returned at once", func() step { return retryAfter(429, "Retry-After", "30") }, Policy{},
+			1, 0, 0, StopServerDelay},
+		{"within a raised MaxServerDelay", func() step { return retryAfter(429, "Retry-After", "30") }, Policy{MaxServerDelay: time.Minute},
+			2, 30 * time.Second, 33 * time.Second, Done},
+		{"ignored when MaxServerDelay < 0", func() step { return retryAfter(429, "Retry-After", "30") }, Policy{MaxServerDelay: -1, Rand: highRand},
+			2, time.Second, time.Second, Done},
+		{"past the deadline: returned at once", func() step { return retryAfter(503, "Retry-After", "5") }, Policy{Timeout: 4 * time.Second},
+			1, 0, 0, StopDeadline},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := newMemBase(tc.first(), status(200))
+				var hooks []Attempt
+				tr := &Transport{Base: base, Policy: tc.policy, OnAttempt: func(a Attempt) { hooks = append(hooks, a) }}
+				start := time.Now()
+				code, _, err := roundTrip(t, tr, newReq(t, "GET", ""))
+				require.NoError(t, err)
+				if n := len(base.Attempts()); n != tc.attempts {
+					t.Fatalf("got %d attempts; want %d", n, tc.attempts)
+				}
+				if tc.attempts == 1 {
+					if code == 200 || time.Since(start) != 0 {
+						t.Errorf("got %d after %v; want the retryable response at once", code, time.Since(start))
+					}
+				} else if gap := base.Gaps()[0]; gap < tc.minWait || gap > tc.maxWait {
+					t.Errorf("got wait %v; want within [%v, %v]", gap, tc.minWait, tc.maxWait)
+				}
+				if got := hooks[len(hooks)-1].Decision; got != tc.last {
+					t.Errorf("got final decision %v; want %v", got, tc.last)
+				}
+			})
+		})
+	}
+}
+
+func TestBudgetExactCounts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := NewBudget(40)
+		tokens := b.Available()
+		steps := []struct {
+			name         string
+			script       []step
+			times        int
+			wantAttempts int // per request
+			wantCode     int
+			wantDelta    int // tokens after minus before, over all the requests
+		}{
+			{"outage: two retries at 14 each, spent for good", []step{status(503)}, 1, 3, 503, -28},
+			{"12 tokens cannot pay a transient retry", []step{status(503)}, 1, 1, 503, 0},
+			{"throttling retries cost 5 each", []step{status(429)}, 1, 3, 429, -10},
+			{"a first-try success adds 1", []step{status(200)}, 1, 1, 200, +1},
+			{"3 tokens cannot pay either", []step{status(503), status(200)}, 1, 1, 503, 0},
+			{"successes refill one token each", []step{status(200)}, 11, 1, 200, +11},
+			{"a successful retry refunds its cost", []step{status(503), status(200)}, 1, 2, 200, 0},
+			{"refill up to capacity", []step{status(200)}, 26, 1, 200, +26},
+			{"never above capacity", []step{status(200)}, 5, 1, 200, 0},
+		}
+		for _, st := range steps {
+			for i := 0; i < st.times; i++ {
+				base := newMemBase(st.script...)
+				tr := &Transport{Base: base, Budget: b, Policy: Policy{Rand: lowRand}}
+				code, _, err := roundTrip(t, tr, newReq(t, "GET", ""))
+				if err != nil || code != st.wantCode {
+					t.Fatalf("%s: got (%d, %v); want (%d, nil)", st.name, code, err, st.wantCode)
+				}
+				if n := len(base.Attempts()); n != st.wantAttempts {
+					t.Errorf("%s: got %d attempts; want %d", st.name, n, st.wantAttempts)
+				}
+			}
+			if got := b.Available() - tokens; got != st.wantDelta {
+				t.Errorf("%s: got token change %+d; want %+d", st.name, got, st.wantDelta)
+			}
+			tokens = b.Available()
+		}
+		if tokens != 40 {
+			t.Errorf("got %d tokens at the end; want 40", tokens)
+		}
+	})
+}
+
+func TestBudgetRefusalIsImmediate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := newMemBase(step{err: errReset})
+		var hooks []Attempt
+		tr := &Transport{Base: base, Budget: NewBudget(RetryCost - 1), OnAttempt: func(a Attempt) { hooks = append(hooks, a) }}
+		start := time.Now()
+		_, _, err := roundTrip(t, tr, newReq(t, "GET", ""))
+		var re *Error
+		if !errors.As(err, &re) || re.Decision != StopBudget || re.Attempts != 1 {
+			t.Fatalf("got %v; want an *Error, %v after 1 attempt", err, StopBudget)
+		}
+		if !errors.Is(err, syscall.ECONNRESET) {
+			t.Errorf("got %v; want it to wrap the attempt's error", err)
+		}
+		if d := time.Since(start); d != 0 {
+			t.Errorf("got %v elapsed; want 0 (no wait when the budget refuses)", d)
+		}
+		if len(hooks) != 1 || hooks[0].Tokens != RetryCost-1 {
+			t.Errorf("got hooks %+v; want one with %d tokens", hooks, RetryCost-1)
+		}
+	})
+}
