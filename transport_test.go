@@ -445,52 +445,70 @@ func TestServerRequestedDelay(t *testing.T) {
 		minWait  time.Duration
 		maxWait  time.Duration
 		last     Decision
+		source   DelaySource
 	}{
 		{"429 Retry-After seconds", func() step { return retryAfter(429, "Retry-After", "2") }, Policy{},
-			2, 2 * time.Second, 2200 * time.Millisecond, Done},
+			2, 2 * time.Second, 2200 * time.Millisecond, Done, FromServer},
 		{"503 Retry-After date", func() step { return retryAfter(503, "Retry-After", date(3*time.Second)) }, Policy{},
-			2, 3 * time.Second, 3300 * time.Millisecond, Done},
+			2, 3 * time.Second, 3300 * time.Millisecond, Done, FromServer},
 		{"x-amz-retry-after milliseconds", func() step { return retryAfter(503, "x-amz-retry-after", "1500") }, Policy{},
-			2, 1500 * time.Millisecond, 1650 * time.Millisecond, Done},
+			2, 1500 * time.Millisecond, 1650 * time.Millisecond, Done, FromServer},
 		{"retry-after-ms", func() step { return retryAfter(429, "retry-after-ms", "250") }, Policy{},
-			2, 250 * time.Millisecond, 275 * time.Millisecond, Done},
+			2, 250 * time.Millisecond, 275 * time.Millisecond, Done, FromServer},
 		{"past date: no wait", func() step { return retryAfter(503, "Retry-After", date(-time.Hour)) }, Policy{},
-			2, 0, 0, Done},
-		{"invalid value: backoff", func() step { return retryAfter(503, "Retry-After", "soon") }, Policy{Rand: highRand},
-			2, 50 * time.Millisecond, 50 * time.Millisecond, Done},
+			2, 0, 0, Done, FromServer},
+		{"invalid value: backoff", func() step { return retryAfter(503, "Retry-After", "soon") }, Policy{},
+			2, 0, 50 * time.Millisecond, Done, FromBackoff},
 		{"longer than MaxDelay: returned at once", func() step { return retryAfter(429, "Retry-After", "30") }, Policy{},
-			1, 0, 0, StopServerDelay},
+			1, 0, 0, StopServerDelay, FromServer},
 		{"within a raised MaxServerDelay", func() step { return retryAfter(429, "Retry-After", "30") }, Policy{MaxServerDelay: time.Minute},
-			2, 30 * time.Second, 33 * time.Second, Done},
-		{"ignored when MaxServerDelay < 0", func() step { return retryAfter(429, "Retry-After", "30") }, Policy{MaxServerDelay: -1, Rand: highRand},
-			2, time.Second, time.Second, Done},
+			2, 30 * time.Second, 33 * time.Second, Done, FromServer},
+		{"ignored when MaxServerDelay < 0", func() step { return retryAfter(429, "Retry-After", "30") }, Policy{MaxServerDelay: -1},
+			2, 0, time.Second, Done, FromBackoff},
 		{"past the deadline: returned at once", func() step { return retryAfter(503, "Retry-After", "5") }, Policy{Timeout: 4 * time.Second},
-			1, 0, 0, StopDeadline},
+			1, 0, 0, StopDeadline, FromServer},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				base := newMemBase(tc.first(), status(200))
-				var hooks []Attempt
-				tr := &Transport{Base: base, Policy: tc.policy, OnAttempt: func(a Attempt) { hooks = append(hooks, a) }}
-				start := time.Now()
-				code, _, err := roundTrip(t, tr, newReq(t, "GET", ""))
-				require.NoError(t, err)
-				if n := len(base.Attempts()); n != tc.attempts {
-					t.Fatalf("got %d attempts; want %d", n, tc.attempts)
-				}
-				if tc.attempts == 1 {
-					if code == 200 || time.Since(start) != 0 {
-						t.Errorf("got %d after %v; want the retryable response at once", code, time.Since(start))
+		// Each case runs at both ends of the random spread, so the waits
+		// are exact: lowRand gives the requested delay, highRand that plus
+		// 10% (or the backoff ceiling, where backoff applies).
+		for _, end := range []struct {
+			name string
+			rnd  func(int64) int64
+		}{{"low", lowRand}, {"high", highRand}} {
+			t.Run(tc.name+"/"+end.name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					base := newMemBase(tc.first(), status(200))
+					var hooks []Attempt
+					p := tc.policy
+					p.Rand = end.rnd
+					tr := &Transport{Base: base, Policy: p, OnAttempt: func(a Attempt) { hooks = append(hooks, a) }}
+					start := time.Now()
+					code, _, err := roundTrip(t, tr, newReq(t, "GET", ""))
+					require.NoError(t, err)
+					if n := len(base.Attempts()); n != tc.attempts {
+						t.Fatalf("got %d attempts; want %d", n, tc.attempts)
 					}
-				} else if gap := base.Gaps()[0]; gap < tc.minWait || gap > tc.maxWait {
-					t.Errorf("got wait %v; want within [%v, %v]", gap, tc.minWait, tc.maxWait)
-				}
-				if got := hooks[len(hooks)-1].Decision; got != tc.last {
-					t.Errorf("got final decision %v; want %v", got, tc.last)
-				}
+					want := tc.minWait
+					if end.name == "high" {
+						want = tc.maxWait
+					}
+					if tc.attempts == 1 {
+						if code == 200 || time.Since(start) != 0 {
+							t.Errorf("got %d after %v; want the retryable response at once", code, time.Since(start))
+						}
+					} else if gap := base.Gaps()[0]; gap != want {
+						t.Errorf("got wait %v; want %v", gap, want)
+					}
+					if got := hooks[len(hooks)-1].Decision; got != tc.last {
+						t.Errorf("got final decision %v; want %v", got, tc.last)
+					}
+					if tc.attempts == 2 && hooks[0].DelaySource != tc.source {
+						t.Errorf("got delay source %v; want %v", hooks[0].DelaySource, tc.source)
+					}
+				})
 			})
-		})
+		}
 	}
 }
 

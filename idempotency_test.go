@@ -1,0 +1,217 @@
+package retryhttp
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+var errDial = &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
+
+func TestIdempotency(t *testing.T) {
+	tests := []struct {
+		name         string
+		method       string
+		header       http.Header // set on the caller's request
+		policy       Policy
+		script       []step
+		wantAttempts int
+		wantKey      string // "" none, "*" a generated one, else this exact value
+		wantDecision Decision
+	}{
+		{"POST gets one generated key", "POST", nil, Policy{}, []step{status(503), status(200)}, 2, "*", Done},
+		{"PATCH gets one generated key", "PATCH", nil, Policy{}, []step{status(503), status(200)}, 2, "*", Done},
+		{"GET gets none", "GET", nil, Policy{}, []step{status(503), status(200)}, 2, "", Done},
+		{"PUT gets none", "PUT", nil, Policy{}, []step{status(503), status(200)}, 2, "", Done},
+		{"caller's key is kept verbatim", "POST", http.Header{"Idempotency-Key": {`"order-42"`}}, Policy{},
+			[]step{status(503), status(200)}, 2, `"order-42"`, Done},
+		{"custom header and generator", "POST", nil,
+			Policy{IdempotencyHeader: "x-request-id", NewIdempotencyKey: func() string { return "fixed" }},
+			[]step{status(503), status(200)}, 2, "", Done},
+		{"keys off: POST not retried after a 503", "POST", nil, Policy{NoIdempotencyKeys: true},
+			[]step{status(503), status(200)}, 1, "", StopNotIdempotent},
+		{"keys off: POST not retried after a reset", "POST", nil, Policy{NoIdempotencyKeys: true},
+			[]step{{err: errReset}, status(200)}, 1, "", StopNotIdempotent},
+		{"keys off: POST retried after a dial failure", "POST", nil, Policy{NoIdempotencyKeys: true},
+			[]step{{err: errDial}, status(200)}, 2, "", Done},
+		{"keys off: caller's key still allows retries", "POST", http.Header{"Idempotency-Key": {"k1"}},
+			Policy{NoIdempotencyKeys: true}, []step{status(503), status(200)}, 2, "k1", Done},
+		{"one attempt: no key added", "POST", nil, Policy{MaxAttempts: 1}, []step{status(503)}, 1, "", Done},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := newMemBase(tc.script...)
+				var last Attempt
+				tr := &Transport{Base: base, Policy: tc.policy, OnAttempt: func(a Attempt) { last = a }}
+				req := newReq(t, tc.method, "body")
+				for k, v := range tc.header {
+					req.Header[k] = v
+				}
+				resp, err := tr.RoundTrip(req)
+				if err == nil {
+					resp.Body.Close()
+				} else if re := (*Error)(nil); !errors.As(err, &re) || re.Decision != tc.wantDecision {
+					t.Errorf("got error %v; want a response or an *Error with %v", err, tc.wantDecision)
+				}
+				if n := len(base.Attempts()); n != tc.wantAttempts {
+					t.Errorf("got %d attempts; want %d", n, tc.wantAttempts)
+				}
+				keys := base.Keys()
+				for i, k := range keys {
+					switch {
+					case tc.wantKey == "*" && (k == "" || k != keys[0]):
+						t.Errorf("attempt %d: got key %q; want the same generated key as attempt 1 (%q)", i+1, k, keys[0])
+					case tc.wantKey != "*" && k != tc.wantKey:
+						t.Errorf("attempt %d: got key %q; want %q", i+1, k, tc.wantKey)
+					}
+				}
+				if tc.policy.IdempotencyHeader != "" {
+					for i, a := range base.Attempts() {
+						if got := a.Header.Get(tc.policy.IdempotencyHeader); got != "fixed" {
+							t.Errorf("attempt %d: got %s %q; want \"fixed\"", i+1, tc.policy.IdempotencyHeader, got)
+						}
+					}
+				}
+				if tc.policy.MaxAttempts != 1 && last.Decision != tc.wantDecision {
+					t.Errorf("got final decision %v; want %v", last.Decision, tc.wantDecision)
+				}
+			})
+		})
+	}
+}
+
+func TestKeysDifferPerRoundTrip(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := newMemBase(status(503), status(200), status(503), status(200))
+		tr := &Transport{Base: base}
+		roundTrip(t, tr, newReq(t, "POST", "a"))
+		roundTrip(t, tr, newReq(t, "POST", "b"))
+		k := base.Keys()
+		if k[0] != k[1] || k[2] != k[3] || k[0] == k[2] {
+			t.Errorf("got keys %q; want one key per RoundTrip, shared by its attempts", k)
+		}
+	})
+}
+
+func TestNonCanonicalKeyHeader(t *testing.T) {
+	// A caller who writes the map directly still has its key honoured, and no
+	// second key is added beside it.
+	synctest.Test(t, func(t *testing.T) {
+		base := newMemBase(status(503), status(200))
+		tr := &Transport{Base: base}
+		req := newReq(t, "POST", "x")
+		req.Header["idempotency-key"] = []string{"mine"}
+		roundTrip(t, tr, req)
+		as := base.Attempts()
+		if len(as) != 2 {
+			t.Fatalf("got %d attempts; want 2", len(as))
+		}
+		for i, a := range as {
+			if got := a.Header["idempotency-key"]; len(got) != 1 || got[0] != "mine" {
+				t.Errorf("attempt %d: got %q under the caller's spelling; want [mine]", i+1, got)
+			}
+			if got := a.Header[DefaultIdempotencyHeader]; got != nil {
+				t.Errorf("attempt %d: got a second key %q; want none", i+1, got)
+			}
+		}
+	})
+}
+
+func TestBodies(t *testing.T) {
+	t.Run("a body without GetBody is not replayed", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			base := newMemBase(status(503), status(200))
+			var last Attempt
+			tr := &Transport{Base: base, OnAttempt: func(a Attempt) { last = a }}
+			req := newReq(t, "PUT", "")
+			req.Body = io.NopCloser(strings.NewReader("stream"))
+			code, _, err := roundTrip(t, tr, req)
+			if err != nil || code != 503 || len(base.Attempts()) != 1 || last.Decision != StopNotReplayable {
+				t.Errorf("got (%d, %v, %d attempts, %v); want (503, nil, 1, %v)", code, err, len(base.Attempts()), last.Decision, StopNotReplayable)
+			}
+		})
+	})
+	t.Run("GetBody failing on the retry returns the last response", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			base := newMemBase(status(503), status(200))
+			tr := &Transport{Base: base}
+			req := newReq(t, "PUT", "x")
+			req.GetBody = func() (io.ReadCloser, error) { return nil, errors.New("gone") }
+			code, _, err := roundTrip(t, tr, req)
+			if err != nil || code != 503 || len(base.Attempts()) != 1 {
+				t.Errorf("got (%d, %v, %d attempts); want (503, nil, 1)", code, err, len(base.Attempts()))
+			}
+			if got := tr.BudgetInUse().Available(); got != DefaultBudgetTokens {
+				t.Errorf("got %d tokens; want %d (an unsent retry costs nothing)", got, DefaultBudgetTokens)
+			}
+		})
+	})
+	t.Run("every request body is closed", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			base := newMemBase(status(503), step{err: errReset}, status(200))
+			tr := &Transport{Base: base}
+			var mu sync.Mutex
+			var bodies []*closeCounter
+			mk := func() (io.ReadCloser, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				b := &closeCounter{Reader: bytes.NewReader([]byte("data"))}
+				bodies = append(bodies, b)
+				return b, nil
+			}
+			req := newReq(t, "POST", "")
+			req.Body, _ = mk()
+			req.GetBody = mk
+			roundTrip(t, tr, req)
+			if len(bodies) != 3 {
+				t.Fatalf("got %d bodies; want 3 (one per attempt)", len(bodies))
+			}
+			for i, b := range bodies {
+				if b.closes != 1 {
+					t.Errorf("body %d: got %d closes; want 1", i, b.closes)
+				}
+			}
+		})
+	})
+}
+
+func TestCallerRequestUntouched(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := newMemBase(status(503), status(502), status(200))
+		tr := &Transport{Base: base, Policy: Policy{Timeout: time0(), AttemptTimeout: time0()}}
+		req := newReq(t, "POST", "payload")
+		req.Header.Set("Authorization", "Bearer x")
+		before := *req
+		beforeHeader := req.Header.Clone()
+		beforeURL := *req.URL
+		roundTrip(t, tr, req)
+		after := *req
+		if !reflect.DeepEqual(req.Header, beforeHeader) {
+			t.Errorf("got header %v after; want %v", req.Header, beforeHeader)
+		}
+		if *req.URL != beforeURL {
+			t.Errorf("got URL %v after; want %v", req.URL, &beforeURL)
+		}
+		if reflect.ValueOf(before.GetBody).Pointer() != reflect.ValueOf(after.GetBody).Pointer() {
+			t.Error("the caller's GetBody was replaced")
+		}
+		before.Header, after.Header = nil, nil
+		before.GetBody, after.GetBody = nil, nil
+		if !reflect.DeepEqual(before, after) {
+			t.Errorf("the caller's request changed:\n got %+v\nwant %+v", after, before)
+		}
+	})
+}
+
+// time0 gives the timeout fields a value so that the copies they cause are
+// exercised too.
+func time0() time.Duration { return 30 * time.Second }
