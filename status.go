@@ -62,13 +62,15 @@ var ErrAttemptTimeout = errors.New("retryhttp: attempt timed out")
 // status of 400 or above is Permanent (500 among them: the server may have
 // done the work before failing), anything below 400 is Success.
 //
-// Errors: an attempt's own timeout (ErrAttemptTimeout) is Transient; the
-// caller's cancellation or deadline is Permanent; so are certificate and TLS
-// protocol errors, and any error not recognised as a network failure (an
-// unsupported scheme, an invalid header). Recognised network failures are
-// Transient: dial errors, refused, reset or aborted connections, broken
-// pipes, unreachable hosts, DNS failures other than "no such host", EOF
-// before a response, and errors reporting Timeout().
+// Errors: context.Canceled is Permanent; so are certificate and TLS protocol
+// errors, and any error not recognised as a network failure (an unsupported
+// scheme, an invalid header). Recognised network failures are Transient:
+// dial errors, refused, reset or aborted connections, broken pipes,
+// unreachable hosts, DNS failures other than "no such host", EOF before a
+// response, and timeouts (ErrAttemptTimeout, errors reporting Timeout(),
+// context.DeadlineExceeded). Whatever the class, the Transport never retries
+// once the request's own context has ended: that is the caller's
+// cancellation or deadline, not the attempt's.
 //
 // To retry more, wrap it:
 //
@@ -98,9 +100,11 @@ func classifyError(err error) Class {
 	if errors.Is(err, ErrAttemptTimeout) {
 		return Transient
 	}
-	// The caller's cancellation or deadline: trying again cannot help, and
-	// context errors also claim Timeout(), so this comes before that check.
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	// Somebody cancelled. A deadline, on the other hand, is a timeout like
+	// any other (net/http's own timeouts match context.DeadlineExceeded):
+	// the Transport itself checks the caller's context before retrying, so
+	// the caller's deadline is never retried whatever the class says.
+	if errors.Is(err, context.Canceled) {
 		return Permanent
 	}
 	// The peer is not who it claims to be, or does not speak TLS: the same
