@@ -12,6 +12,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 var errDial = &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
@@ -215,3 +217,38 @@ func TestCallerRequestUntouched(t *testing.T) {
 // time0 gives the timeout fields a value so that the copies they cause are
 // exercised too.
 func time0() time.Duration { return 30 * time.Second }
+
+func TestCloneHeaderWith(t *testing.T) {
+	h := http.Header{"A": {"1", "2"}, "B": {"3"}, "User-Agent": nil}
+	got := cloneHeaderWith(h, "Idempotency-Key", "k")
+	want := http.Header{"A": {"1", "2"}, "B": {"3"}, "User-Agent": nil, "Idempotency-Key": {"k"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %v; want %v", got, want)
+	}
+	got["A"] = append(got["A"], "x") // capped slices: no write into the neighbour
+	got.Add("B", "y")
+	if !reflect.DeepEqual(h, http.Header{"A": {"1", "2"}, "B": {"3"}, "User-Agent": nil}) {
+		t.Errorf("the original changed: %v", h)
+	}
+	if got["Idempotency-Key"][0] != "k" {
+		t.Errorf("got key %q after appends; want k", got["Idempotency-Key"])
+	}
+	if got := cloneHeaderWith(nil, "K", "v"); !reflect.DeepEqual(got, http.Header{"K": {"v"}}) {
+		t.Errorf("nil header: got %v; want map[K:[v]]", got)
+	}
+}
+
+func TestNewUUID(t *testing.T) {
+	seen := map[string]bool{}
+	for range 1000 {
+		s := newUUID()
+		u, err := uuid.Parse(s)
+		if err != nil || u.Version() != 4 || u.Variant() != uuid.RFC4122 || len(s) != 36 {
+			t.Fatalf("got %q (version %v, variant %v, err %v); want a 36-character version 4 UUID", s, u.Version(), u.Variant(), err)
+		}
+		if seen[s] {
+			t.Fatalf("got %q twice", s)
+		}
+		seen[s] = true
+	}
+}

@@ -152,67 +152,70 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if out == req {
 				out = shallowCopy(req)
 			}
-			out.Header = req.Header.Clone()
-			if out.Header == nil {
-				out.Header = make(http.Header, 1)
-			}
-			out.Header[name] = []string{p.newKey()}
+			out.Header = cloneHeaderWith(req.Header, name, p.newKey())
 			safe = true
 		}
 	}
 	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
-	deadline, hasDeadline := ctx.Deadline()
 	budget := t.BudgetInUse()
 	observe := t.OnAttempt != nil || t.Logger != nil
 
 	var (
 		prevDelay time.Duration
 		lastCost  int64
+		start     time.Time
+		resp      *http.Response
+		err       error
+		release   func()
 	)
 	for n := 1; ; n++ {
-		var start time.Time
 		if observe {
 			start = time.Now()
 		}
-		resp, err, release := sendAttempt(base, out, p.AttemptTimeout)
+		if p.AttemptTimeout > 0 {
+			resp, err, release = sendAttempt(base, out, p.AttemptTimeout)
+		} else {
+			resp, err = base.RoundTrip(out)
+		}
 		class := p.classify(resp, err)
 
-		a := Attempt{Number: n, Err: err, Class: class, Decision: Done}
-		if resp != nil {
-			a.Status = resp.StatusCode
-		}
-		var next *http.Request
-		if err != nil && ctx.Err() != nil {
+		decision := Done
+		var (
+			delay time.Duration
+			src   DelaySource
+			next  *http.Request
+		)
+		switch {
+		case err != nil && ctx.Err() != nil:
 			// The caller's context ended (or Policy.Timeout passed) during
 			// the attempt: whatever the error says, that is why it failed.
-			a.Decision = StopCanceled
-		} else if class.retryable() {
-			a.Decision, a.Delay, a.DelaySource, lastCost = t.decide(ctx, n, maxAttempts, class, resp, err,
-				safe, replayable, prevDelay, deadline, hasDeadline, budget)
-			if a.Decision == Retry && req.GetBody != nil && req.Body != nil && req.Body != http.NoBody {
-				body, gerr := req.GetBody()
-				if gerr != nil {
-					budget.give(lastCost)
-					a.Decision = StopNotReplayable
-				} else {
-					next = shallowCopy(out)
-					next.Body = body
-				}
-			} else if a.Decision == Retry {
+			decision = StopCanceled
+		case class.retryable():
+			decision, delay, src, lastCost = t.decide(ctx, n, maxAttempts, class, resp, err, safe, replayable, prevDelay, budget)
+			if decision == Retry {
 				next = shallowCopy(out)
+				if req.GetBody != nil && req.Body != nil && req.Body != http.NoBody {
+					body, gerr := req.GetBody()
+					if gerr != nil {
+						budget.give(lastCost)
+						decision, next = StopNotReplayable, nil
+					} else {
+						next.Body = body
+					}
+				}
 			}
-		} else if class == Success {
-			if n == 1 {
-				budget.give(SuccessReward)
-			} else {
-				budget.give(lastCost)
-			}
+		case class == Success && n == 1:
+			budget.give(SuccessReward) // only reads when the bucket is full
+		case class == Success:
+			budget.give(lastCost) // the retry that succeeded pays nothing
 		}
 
 		if observe {
-			a.Request = out
-			a.Tokens = budget.Available()
-			a.Duration = time.Since(start)
+			a := Attempt{Request: out, Number: n, Err: err, Class: class, Decision: decision,
+				Delay: delay, DelaySource: src, Tokens: budget.Available(), Duration: time.Since(start)}
+			if resp != nil {
+				a.Status = resp.StatusCode
+			}
 			if t.OnAttempt != nil {
 				t.OnAttempt(a)
 			}
@@ -221,19 +224,21 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 		}
 
-		if a.Decision != Retry {
+		if decision != Retry {
 			if resp != nil {
-				resp.Body = onClose(resp.Body, release, cancel)
+				if release != nil || cancel != nil {
+					resp.Body = onClose(resp.Body, release, cancel)
+				}
 				return resp, nil
 			}
 			if cancel != nil {
 				cancel()
 			}
-			return nil, &Error{Attempts: n, Decision: a.Decision, Err: err}
+			return nil, &Error{Attempts: n, Decision: decision, Err: err}
 		}
 
 		discard(resp, release)
-		if werr := sleep(ctx, a.Delay); werr != nil {
+		if werr := sleep(ctx, delay); werr != nil {
 			closeBody(next.Body)
 			if cancel != nil {
 				cancel()
@@ -244,7 +249,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			return nil, &Error{Attempts: n, Decision: StopCanceled, Err: cause}
 		}
-		prevDelay = a.Delay
+		prevDelay = delay
 		out = next
 	}
 }
@@ -252,7 +257,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // decide chooses what follows a retryable outcome, and takes the retry's cost
 // from the budget when it is a retry.
 func (t *Transport) decide(ctx context.Context, n, maxAttempts int, class Class, resp *http.Response, err error,
-	safe, replayable bool, prevDelay time.Duration, deadline time.Time, hasDeadline bool, budget *Budget,
+	safe, replayable bool, prevDelay time.Duration, budget *Budget,
 ) (d Decision, delay time.Duration, src DelaySource, cost int64) {
 	p := &t.Policy
 	switch {
@@ -279,7 +284,7 @@ func (t *Transport) decide(ctx context.Context, n, maxAttempts int, class Class,
 	} else {
 		delay = p.Jitter.Delay(n-1, p.baseDelay(class), p.maxDelay(), prevDelay, rnd)
 	}
-	if hasDeadline && !now.Add(delay).Before(deadline) {
+	if deadline, ok := ctx.Deadline(); ok && !now.Add(delay).Before(deadline) {
 		return StopDeadline, delay, src, 0
 	}
 	cost = RetryCost
@@ -303,10 +308,6 @@ func serverDelay(p *Policy, resp *http.Response, now time.Time) (time.Duration, 
 // its own context, cancelled if the response headers do not arrive in time;
 // release must then be called once the response body is done with.
 func sendAttempt(base http.RoundTripper, req *http.Request, timeout time.Duration) (resp *http.Response, err error, release func()) {
-	if timeout <= 0 {
-		resp, err = base.RoundTrip(req)
-		return resp, err, nil
-	}
 	parent := req.Context()
 	actx, acancel := context.WithCancel(parent)
 	timer := time.AfterFunc(timeout, acancel)

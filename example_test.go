@@ -1,0 +1,140 @@
+package retryhttp_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"time"
+
+	"github.com/herdproof/retryhttp"
+)
+
+// flaky starts a local server that answers 503 to its first `failures`
+// requests and "hello" after that.
+func flaky(failures int32) (*httptest.Server, *atomic.Int32) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) <= failures {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "hello")
+	}))
+	return srv, &calls
+}
+
+// A zero Transport is a drop-in for any http.Client: three attempts, full
+// jitter, a 500-token budget.
+func Example() {
+	srv, calls := flaky(2)
+	defer srv.Close()
+
+	client := &http.Client{Transport: &retryhttp.Transport{}}
+	resp, err := client.Get(srv.URL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	fmt.Println(resp.StatusCode, string(body), "after", calls.Load(), "attempts")
+	// Output: 200 hello after 3 attempts
+}
+
+// OnAttempt sees every attempt and the decision taken after it.
+func ExampleTransport_onAttempt() {
+	srv, _ := flaky(2)
+	defer srv.Close()
+
+	tr := &retryhttp.Transport{
+		Policy: retryhttp.Policy{Jitter: retryhttp.NoJitter, BaseDelay: 10 * time.Millisecond},
+		OnAttempt: func(a retryhttp.Attempt) {
+			fmt.Printf("attempt %d: %d %v -> %v %v (tokens %d)\n",
+				a.Number, a.Status, a.Class, a.Decision, a.Delay, a.Tokens)
+		},
+	}
+	resp, err := (&http.Client{Transport: tr}).Get(srv.URL)
+	if err == nil {
+		resp.Body.Close()
+	}
+	// Output:
+	// attempt 1: 503 transient -> retry 10ms (tokens 486)
+	// attempt 2: 503 transient -> retry 20ms (tokens 472)
+	// attempt 3: 200 success -> done 0s (tokens 486)
+}
+
+// Transports that share a Budget share one quota: when one dependency is
+// down, retries stop for every client drawing from it.
+func ExampleBudget_shared() {
+	srv, _ := flaky(1 << 30) // down for good
+	defer srv.Close()
+
+	budget := retryhttp.NewBudget(30)
+	fast := retryhttp.Policy{BaseDelay: time.Millisecond}
+	a := &http.Client{Transport: &retryhttp.Transport{Budget: budget, Policy: fast}}
+	b := &http.Client{Transport: &retryhttp.Transport{Budget: budget, Policy: fast}}
+
+	for _, c := range []*http.Client{a, b, a} {
+		resp, err := c.Get(srv.URL)
+		if err == nil {
+			resp.Body.Close()
+		}
+		fmt.Println(resp.StatusCode, "tokens left:", budget.Available())
+	}
+	// Output:
+	// 503 tokens left: 2
+	// 503 tokens left: 2
+	// 503 tokens left: 2
+}
+
+// A classifier that also retries 500 and 408, for a dependency whose
+// contract says those are safe to repeat.
+func ExamplePolicy_classify() {
+	p := retryhttp.Policy{
+		Classify: func(resp *http.Response, err error) retryhttp.Class {
+			if resp != nil && (resp.StatusCode == 500 || resp.StatusCode == 408) {
+				return retryhttp.Transient
+			}
+			return retryhttp.DefaultClassify(resp, err)
+		},
+	}
+	for _, code := range []int{200, 404, 408, 429, 500, 503} {
+		fmt.Println(code, p.Classify(&http.Response{StatusCode: code}, nil))
+	}
+	// Output:
+	// 200 success
+	// 404 permanent
+	// 408 transient
+	// 429 throttling
+	// 500 transient
+	// 503 transient
+}
+
+func ExampleParseRetryAfter() {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	for _, h := range []http.Header{
+		{"Retry-After": {"120"}},
+		{"Retry-After": {"Sun, 29 Nov 2026 12:00:30 GMT"}},
+		{"X-Amz-Retry-After": {"1500"}, "Retry-After": {"2"}},
+		{"Retry-After": {"-5"}},
+	} {
+		fmt.Println(retryhttp.ParseRetryAfter(h, now))
+	}
+	// Output:
+	// 2m0s true
+	// 30s true
+	// 1.5s true
+	// 0s false
+}
+
+// Delay is the schedule the Transport uses; simulations call it directly.
+func ExampleJitter_Delay() {
+	ceiling := func(n int64) int64 { return n - 1 } // always the top of the window
+	for n := range 6 {
+		fmt.Print(retryhttp.FullJitter.Delay(n, time.Second, 30*time.Second, 0, ceiling), " ")
+	}
+	fmt.Println()
+	// Output: 1s 2s 4s 8s 16s 30s
+}
