@@ -42,7 +42,7 @@ func (p *Policy) newKey() string {
 // without the allocation of the reader call: the 16 bytes stay on the stack.
 func newUUID() string {
 	var u uuid.UUID
-	rand.Read(u[:]) // never returns an error (crypto/rand, Go 1.24+)
+	rand.Read(u[:])         // never returns an error (crypto/rand, Go 1.24+)
 	u[6] = u[6]&0x0f | 0x40 // version 4
 	u[8] = u[8]&0x3f | 0x80 // RFC 9562 variant
 	return u.String()
