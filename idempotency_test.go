@@ -3,6 +3,7 @@ package retryhttp
 import (
 	"bytes"
 	"errors"
+	rht "github.com/herdproof/retryhttp/retryhttptest"
 	"io"
 	"net"
 	"net/http"
@@ -24,34 +25,34 @@ func TestIdempotency(t *testing.T) {
 		method       string
 		header       http.Header // set on the caller's request
 		policy       Policy
-		script       []step
+		script       []rht.Step
 		wantAttempts int
 		wantKey      string // "" none, "*" a generated one, else this exact value
 		wantDecision Decision
 	}{
-		{"POST gets one generated key", "POST", nil, Policy{}, []step{status(503), status(200)}, 2, "*", Done},
-		{"PATCH gets one generated key", "PATCH", nil, Policy{}, []step{status(503), status(200)}, 2, "*", Done},
-		{"GET gets none", "GET", nil, Policy{}, []step{status(503), status(200)}, 2, "", Done},
-		{"PUT gets none", "PUT", nil, Policy{}, []step{status(503), status(200)}, 2, "", Done},
+		{"POST gets one generated key", "POST", nil, Policy{}, []rht.Step{rht.Status(503), rht.Status(200)}, 2, "*", Done},
+		{"PATCH gets one generated key", "PATCH", nil, Policy{}, []rht.Step{rht.Status(503), rht.Status(200)}, 2, "*", Done},
+		{"GET gets none", "GET", nil, Policy{}, []rht.Step{rht.Status(503), rht.Status(200)}, 2, "", Done},
+		{"PUT gets none", "PUT", nil, Policy{}, []rht.Step{rht.Status(503), rht.Status(200)}, 2, "", Done},
 		{"caller's key is kept verbatim", "POST", http.Header{"Idempotency-Key": {`"order-42"`}}, Policy{},
-			[]step{status(503), status(200)}, 2, `"order-42"`, Done},
+			[]rht.Step{rht.Status(503), rht.Status(200)}, 2, `"order-42"`, Done},
 		{"custom header and generator", "POST", nil,
 			Policy{IdempotencyHeader: "x-request-id", NewIdempotencyKey: func() string { return "fixed" }},
-			[]step{status(503), status(200)}, 2, "", Done},
+			[]rht.Step{rht.Status(503), rht.Status(200)}, 2, "", Done},
 		{"keys off: POST not retried after a 503", "POST", nil, Policy{NoIdempotencyKeys: true},
-			[]step{status(503), status(200)}, 1, "", StopNotIdempotent},
+			[]rht.Step{rht.Status(503), rht.Status(200)}, 1, "", StopNotIdempotent},
 		{"keys off: POST not retried after a reset", "POST", nil, Policy{NoIdempotencyKeys: true},
-			[]step{{err: errReset}, status(200)}, 1, "", StopNotIdempotent},
+			[]rht.Step{{Err: errReset}, rht.Status(200)}, 1, "", StopNotIdempotent},
 		{"keys off: POST retried after a dial failure", "POST", nil, Policy{NoIdempotencyKeys: true},
-			[]step{{err: errDial}, status(200)}, 2, "", Done},
+			[]rht.Step{{Err: errDial}, rht.Status(200)}, 2, "", Done},
 		{"keys off: caller's key still allows retries", "POST", http.Header{"Idempotency-Key": {"k1"}},
-			Policy{NoIdempotencyKeys: true}, []step{status(503), status(200)}, 2, "k1", Done},
-		{"one attempt: no key added", "POST", nil, Policy{MaxAttempts: 1}, []step{status(503)}, 1, "", Done},
+			Policy{NoIdempotencyKeys: true}, []rht.Step{rht.Status(503), rht.Status(200)}, 2, "k1", Done},
+		{"one attempt: no key added", "POST", nil, Policy{MaxAttempts: 1}, []rht.Step{rht.Status(503)}, 1, "", Done},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				base := newMemBase(tc.script...)
+				base := rht.NewTransport(tc.script...)
 				var last Attempt
 				tr := &Transport{Base: base, Policy: tc.policy, OnAttempt: func(a Attempt) { last = a }}
 				req := newReq(t, tc.method, "body")
@@ -67,7 +68,7 @@ func TestIdempotency(t *testing.T) {
 				if n := len(base.Attempts()); n != tc.wantAttempts {
 					t.Errorf("got %d attempts; want %d", n, tc.wantAttempts)
 				}
-				keys := base.Keys()
+				keys := rht.Keys(base)
 				for i, k := range keys {
 					switch {
 					case tc.wantKey == "*" && (k == "" || k != keys[0]):
@@ -93,11 +94,11 @@ func TestIdempotency(t *testing.T) {
 
 func TestKeysDifferPerRoundTrip(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		base := newMemBase(status(503), status(200), status(503), status(200))
+		base := rht.NewTransport(rht.Status(503), rht.Status(200), rht.Status(503), rht.Status(200))
 		tr := &Transport{Base: base}
 		roundTrip(t, tr, newReq(t, "POST", "a"))
 		roundTrip(t, tr, newReq(t, "POST", "b"))
-		k := base.Keys()
+		k := rht.Keys(base)
 		if k[0] != k[1] || k[2] != k[3] || k[0] == k[2] {
 			t.Errorf("got keys %q; want one key per RoundTrip, shared by its attempts", k)
 		}
@@ -108,7 +109,7 @@ func TestNonCanonicalKeyHeader(t *testing.T) {
 	// A caller who writes the map directly still has its key honoured, and no
 	// second key is added beside it.
 	synctest.Test(t, func(t *testing.T) {
-		base := newMemBase(status(503), status(200))
+		base := rht.NewTransport(rht.Status(503), rht.Status(200))
 		tr := &Transport{Base: base}
 		req := newReq(t, "POST", "x")
 		req.Header["idempotency-key"] = []string{"mine"}
@@ -131,7 +132,7 @@ func TestNonCanonicalKeyHeader(t *testing.T) {
 func TestBodies(t *testing.T) {
 	t.Run("a body without GetBody is not replayed", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			base := newMemBase(status(503), status(200))
+			base := rht.NewTransport(rht.Status(503), rht.Status(200))
 			var last Attempt
 			tr := &Transport{Base: base, OnAttempt: func(a Attempt) { last = a }}
 			req := newReq(t, "PUT", "")
@@ -144,7 +145,7 @@ func TestBodies(t *testing.T) {
 	})
 	t.Run("GetBody failing on the retry returns the last response", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			base := newMemBase(status(503), status(200))
+			base := rht.NewTransport(rht.Status(503), rht.Status(200))
 			tr := &Transport{Base: base}
 			req := newReq(t, "PUT", "x")
 			req.GetBody = func() (io.ReadCloser, error) { return nil, errors.New("gone") }
@@ -159,7 +160,7 @@ func TestBodies(t *testing.T) {
 	})
 	t.Run("every request body is closed", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			base := newMemBase(status(503), step{err: errReset}, status(200))
+			base := rht.NewTransport(rht.Status(503), rht.Step{Err: errReset}, rht.Status(200))
 			tr := &Transport{Base: base}
 			var mu sync.Mutex
 			var bodies []*closeCounter
@@ -188,7 +189,7 @@ func TestBodies(t *testing.T) {
 
 func TestCallerRequestUntouched(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		base := newMemBase(status(503), status(502), status(200))
+		base := rht.NewTransport(rht.Status(503), rht.Status(502), rht.Status(200))
 		tr := &Transport{Base: base, Policy: Policy{Timeout: time0(), AttemptTimeout: time0()}}
 		req := newReq(t, "POST", "payload")
 		req.Header.Set("Authorization", "Bearer x")

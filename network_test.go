@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	rht "github.com/herdproof/retryhttp/retryhttptest"
 	"io"
 	"log"
 	"net"
@@ -22,7 +23,7 @@ import (
 var fast = Policy{BaseDelay: time.Millisecond, ThrottleBaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond}
 
 func TestZeroTransportInHTTPClient(t *testing.T) {
-	srv := newFlakyServer(t, status(503), status(503), step{status: 200, body: "hello"})
+	srv := rht.NewServer(t, rht.Status(503), rht.Status(503), rht.Status(200).WithBody("hello"))
 	client := &http.Client{Transport: &Transport{}}
 	resp, err := client.Get(srv.URL)
 	require.NoError(t, err)
@@ -34,7 +35,7 @@ func TestZeroTransportInHTTPClient(t *testing.T) {
 	if n := len(srv.Attempts()); n != 3 {
 		t.Errorf("got %d attempts at the server; want 3", n)
 	}
-	for i, g := range srv.Gaps() {
+	for i, g := range rht.Gaps(srv) {
 		// Full jitter: retry n waits at most 50ms * 2^n (plus scheduling).
 		if hi := (50 * time.Millisecond << i) + 50*time.Millisecond; g > hi {
 			t.Errorf("wait %d: got %v; want at most about %v", i, g, hi)
@@ -58,7 +59,7 @@ func TestCommittedWriteWithLostResponse(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := newFlakyServer(t, step{commitThenDrop: true}, status(200))
+			srv := rht.NewServer(t, rht.CommitThenDrop(), rht.Status(200))
 			client := &http.Client{Transport: &Transport{Policy: tc.policy}}
 			resp, err := client.Post(srv.URL+"/charges", "application/json", bytes.NewReader([]byte(`{"amount":100}`)))
 			if tc.wantErr {
@@ -79,7 +80,7 @@ func TestCommittedWriteWithLostResponse(t *testing.T) {
 			if got := srv.Effects(); got != 1 {
 				t.Errorf("got %d effects; want exactly 1", got)
 			}
-			keys := srv.Keys()
+			keys := rht.Keys(srv)
 			for _, k := range keys {
 				if k != keys[0] {
 					t.Errorf("got keys %q; want one key on every attempt", keys)
@@ -94,7 +95,7 @@ func TestCommittedWriteWithLostResponse(t *testing.T) {
 
 func TestRealNetworkFailures(t *testing.T) {
 	t.Run("reset before the response", func(t *testing.T) {
-		srv := newFlakyServer(t, step{reset: true}, status(200))
+		srv := rht.NewServer(t, rht.Reset(), rht.Status(200))
 		tr := &Transport{Policy: fast}
 		code, _, err := roundTrip(t, tr, mustReq(t, "GET", srv.URL))
 		if err != nil || code != 200 || len(srv.Attempts()) != 2 {
@@ -130,12 +131,12 @@ func TestRealNetworkFailures(t *testing.T) {
 		}
 	})
 	t.Run("connections are reused across retries", func(t *testing.T) {
-		srv := newFlakyServer(t, status(503), status(200), status(503), status(200), status(503), status(200))
+		srv := rht.NewServer(t, rht.Status(503), rht.Status(200), rht.Status(503), rht.Status(200), rht.Status(503), rht.Status(200))
 		tr := &Transport{Policy: fast}
 		for range 3 {
 			roundTrip(t, tr, mustReq(t, "GET", srv.URL))
 		}
-		if got := srv.conns.Load(); got != 1 {
+		if got := srv.Conns(); got != 1 {
 			t.Errorf("got %d connections for 6 attempts; want 1", got)
 		}
 	})
@@ -151,8 +152,8 @@ func TestClassifyRealErrors(t *testing.T) {
 	hang := make(chan struct{})
 	hangSrv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-hang }))
 	t.Cleanup(func() { close(hang); hangSrv.Close() })
-	eofSrv := newFlakyServer(t, step{commitThenDrop: true})
-	resetSrv := newFlakyServer(t, step{reset: true})
+	eofSrv := rht.NewServer(t, rht.CommitThenDrop())
+	resetSrv := rht.NewServer(t, rht.Reset())
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 

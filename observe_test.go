@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	rht "github.com/herdproof/retryhttp/retryhttptest"
 	"log/slog"
 	"net/url"
 	"strings"
@@ -14,7 +15,7 @@ import (
 
 func TestOnAttemptReportsEveryAttempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		base := newMemBase(retryAfter(429, "Retry-After", "1"), step{err: errReset}, status(200))
+		base := rht.NewTransport(rht.Status(429).WithHeader("Retry-After", "1"), rht.Step{Err: errReset}, rht.Status(200))
 		var got []Attempt
 		tr := &Transport{Base: base, Policy: Policy{Rand: lowRand}, OnAttempt: func(a Attempt) { got = append(got, a) }}
 		roundTrip(t, tr, newReq(t, "POST", "x"))
@@ -47,7 +48,7 @@ func TestLogger(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var buf bytes.Buffer
 		logger := slog.New(slog.NewJSONHandler(&buf, nil))
-		base := newMemBase(status(503), step{err: &url.Error{Op: "Get", URL: "http://user:pass@example.test/x?token=secret", Err: errReset}}, status(503))
+		base := rht.NewTransport(rht.Status(503), rht.Step{Err: &url.Error{Op: "Get", URL: "http://user:pass@example.test/x?token=secret", Err: errReset}}, rht.Status(503))
 		tr := &Transport{Base: base, Logger: logger, Policy: Policy{Rand: highRand}}
 		req := newReq(t, "GET", "")
 		req.URL.User = url.UserPassword("user", "pass")

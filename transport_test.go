@@ -3,6 +3,7 @@ package retryhttp
 import (
 	"context"
 	"errors"
+	rht "github.com/herdproof/retryhttp/retryhttptest"
 	"io"
 	"net/http"
 	"reflect"
@@ -63,19 +64,19 @@ func TestRetryableOutcomesAreRetried(t *testing.T) {
 	tests := []struct {
 		name      string
 		method    string
-		first     step
+		first     rht.Step
 		maxWindow time.Duration // the first wait lies in [0, maxWindow]
 		cost      int
 	}{
-		{"502", "GET", status(502), 50 * time.Millisecond, RetryCost},
-		{"503", "GET", status(503), 50 * time.Millisecond, RetryCost},
-		{"504", "GET", status(504), 50 * time.Millisecond, RetryCost},
-		{"429 throttling", "GET", status(429), time.Second, ThrottleRetryCost},
-		{"connection reset", "GET", step{err: errReset}, 50 * time.Millisecond, RetryCost},
-		{"503 POST", "POST", status(503), 50 * time.Millisecond, RetryCost},
-		{"503 PUT", "PUT", status(503), 50 * time.Millisecond, RetryCost},
-		{"503 DELETE", "DELETE", status(503), 50 * time.Millisecond, RetryCost},
-		{"503 PATCH", "PATCH", status(503), 50 * time.Millisecond, RetryCost},
+		{"502", "GET", rht.Status(502), 50 * time.Millisecond, RetryCost},
+		{"503", "GET", rht.Status(503), 50 * time.Millisecond, RetryCost},
+		{"504", "GET", rht.Status(504), 50 * time.Millisecond, RetryCost},
+		{"429 throttling", "GET", rht.Status(429), time.Second, ThrottleRetryCost},
+		{"connection reset", "GET", rht.Step{Err: errReset}, 50 * time.Millisecond, RetryCost},
+		{"503 POST", "POST", rht.Status(503), 50 * time.Millisecond, RetryCost},
+		{"503 PUT", "PUT", rht.Status(503), 50 * time.Millisecond, RetryCost},
+		{"503 DELETE", "DELETE", rht.Status(503), 50 * time.Millisecond, RetryCost},
+		{"503 PATCH", "PATCH", rht.Status(503), 50 * time.Millisecond, RetryCost},
 	}
 	for _, tc := range tests {
 		for _, rnd := range []struct {
@@ -88,7 +89,7 @@ func TestRetryableOutcomesAreRetried(t *testing.T) {
 		} {
 			t.Run(tc.name+"/"+rnd.name, func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
-					base := newMemBase(tc.first, step{status: 200, body: "ok"})
+					base := rht.NewTransport(tc.first, rht.Status(200).WithBody("ok"))
 					var hooks []Attempt
 					tr := &Transport{Base: base, Policy: Policy{Rand: rnd.fn},
 						OnAttempt: func(a Attempt) { hooks = append(hooks, a) }}
@@ -100,13 +101,13 @@ func TestRetryableOutcomesAreRetried(t *testing.T) {
 					if len(as) != 2 {
 						t.Fatalf("got %d attempts; want 2", len(as))
 					}
-					if gap, want := base.Gaps()[0], rnd.want(tc.maxWindow); gap != want {
+					if gap, want := rht.Gaps(base)[0], rnd.want(tc.maxWindow); gap != want {
 						t.Errorf("got wait %v; want %v (window [0, %v])", gap, want, tc.maxWindow)
 					}
 					if as[0].Body != "payload" || as[1].Body != "payload" {
 						t.Errorf("got bodies %q, %q; want the payload twice", as[0].Body, as[1].Body)
 					}
-					keys := base.Keys()
+					keys := rht.Keys(base)
 					if tc.method == "POST" || tc.method == "PATCH" {
 						if keys[0] == "" || keys[0] != keys[1] {
 							t.Errorf("got keys %q; want one key sent on both attempts", keys)
@@ -124,8 +125,8 @@ func TestRetryableOutcomesAreRetried(t *testing.T) {
 					if got, want := hooks[0].Tokens, DefaultBudgetTokens-tc.cost; got != want {
 						t.Errorf("got %d tokens after the retry was paid; want %d", got, want)
 					}
-					if base.Open() != 0 {
-						t.Errorf("got %d response bodies left open; want 0", base.Open())
+					if base.OpenBodies() != 0 {
+						t.Errorf("got %d response bodies left open; want 0", base.OpenBodies())
 					}
 				})
 			})
@@ -145,7 +146,7 @@ func TestPermanentOutcomesAreNotRetried(t *testing.T) {
 	for _, code := range []int{400, 401, 403, 404, 405, 408, 409, 410, 422, 500, 501, 505} {
 		t.Run(http.StatusText(code), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				base := newMemBase(step{status: code, body: "no"}, status(200))
+				base := rht.NewTransport(rht.Status(code).WithBody("no"), rht.Status(200))
 				tr := &Transport{Base: base}
 				got, body, err := roundTrip(t, tr, newReq(t, "GET", ""))
 				if err != nil || got != code || body != "no" {
@@ -164,7 +165,7 @@ func TestPermanentOutcomesAreNotRetried(t *testing.T) {
 
 func TestCustomClassifierRetries500(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		base := newMemBase(status(500), status(408), status(200))
+		base := rht.NewTransport(rht.Status(500), rht.Status(408), rht.Status(200))
 		tr := &Transport{Base: base, Policy: Policy{Classify: func(resp *http.Response, err error) Class {
 			if resp != nil && (resp.StatusCode == 500 || resp.StatusCode == 408) {
 				return Transient
@@ -181,7 +182,7 @@ func TestCustomClassifierRetries500(t *testing.T) {
 func TestAttemptsExhausted(t *testing.T) {
 	t.Run("response", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			base := newMemBase(step{status: 503, body: "down"})
+			base := rht.NewTransport(rht.Status(503).WithBody("down"))
 			tr := &Transport{Base: base}
 			code, body, err := roundTrip(t, tr, newReq(t, "GET", ""))
 			if err != nil || code != 503 || body != "down" {
@@ -197,7 +198,7 @@ func TestAttemptsExhausted(t *testing.T) {
 	})
 	t.Run("error", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			base := newMemBase(step{err: errReset})
+			base := rht.NewTransport(rht.Step{Err: errReset})
 			tr := &Transport{Base: base, Policy: Policy{MaxAttempts: 5}}
 			_, _, err := roundTrip(t, tr, newReq(t, "GET", ""))
 			var re *Error
@@ -221,29 +222,29 @@ func TestBackoffSchedule(t *testing.T) {
 	tests := []struct {
 		name   string
 		policy Policy
-		first  step
+		first  rht.Step
 		want   []time.Duration
 	}{
-		{"no jitter doubles from 50ms", Policy{MaxAttempts: 5, Jitter: NoJitter}, status(503),
+		{"no jitter doubles from 50ms", Policy{MaxAttempts: 5, Jitter: NoJitter}, rht.Status(503),
 			[]time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond}},
-		{"full jitter at its ceiling", Policy{MaxAttempts: 4, Rand: highRand}, status(503),
+		{"full jitter at its ceiling", Policy{MaxAttempts: 4, Rand: highRand}, rht.Status(503),
 			[]time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond}},
-		{"throttling doubles from 1s", Policy{MaxAttempts: 4, Jitter: NoJitter}, status(429),
+		{"throttling doubles from 1s", Policy{MaxAttempts: 4, Jitter: NoJitter}, rht.Status(429),
 			[]time.Duration{time.Second, 2 * time.Second, 4 * time.Second}},
-		{"capped by MaxDelay", Policy{MaxAttempts: 5, Jitter: NoJitter, MaxDelay: 3 * time.Second}, status(429),
+		{"capped by MaxDelay", Policy{MaxAttempts: 5, Jitter: NoJitter, MaxDelay: 3 * time.Second}, rht.Status(429),
 			[]time.Duration{time.Second, 2 * time.Second, 3 * time.Second, 3 * time.Second}},
-		{"equal jitter at its floor", Policy{MaxAttempts: 4, Jitter: EqualJitter, Rand: lowRand}, status(503),
+		{"equal jitter at its floor", Policy{MaxAttempts: 4, Jitter: EqualJitter, Rand: lowRand}, rht.Status(503),
 			[]time.Duration{25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond}},
-		{"decorrelated at its ceiling", Policy{MaxAttempts: 4, Jitter: DecorrelatedJitter, Rand: highRand}, status(503),
+		{"decorrelated at its ceiling", Policy{MaxAttempts: 4, Jitter: DecorrelatedJitter, Rand: highRand}, rht.Status(503),
 			[]time.Duration{150 * time.Millisecond, 450 * time.Millisecond, 1350 * time.Millisecond}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				base := newMemBase(tc.first)
+				base := rht.NewTransport(tc.first)
 				tr := &Transport{Base: base, Policy: tc.policy, Budget: UnlimitedBudget()}
 				roundTrip(t, tr, newReq(t, "GET", ""))
-				if got := base.Gaps(); !reflect.DeepEqual(got, tc.want) {
+				if got := rht.Gaps(base); !reflect.DeepEqual(got, tc.want) {
 					t.Errorf("got waits %v; want %v", got, tc.want)
 				}
 			})
@@ -254,7 +255,7 @@ func TestBackoffSchedule(t *testing.T) {
 func TestDeadline(t *testing.T) {
 	t.Run("Policy.Timeout: a wait that cannot end in time is not started", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			base := newMemBase(status(503))
+			base := rht.NewTransport(rht.Status(503))
 			var last Attempt
 			tr := &Transport{Base: base, Policy: Policy{MaxAttempts: 10, Jitter: NoJitter, Timeout: 120 * time.Millisecond},
 				OnAttempt: func(a Attempt) { last = a }}
@@ -280,7 +281,7 @@ func TestDeadline(t *testing.T) {
 	})
 	t.Run("context deadline", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			base := newMemBase(step{err: errReset})
+			base := rht.NewTransport(rht.Step{Err: errReset})
 			tr := &Transport{Base: base, Policy: Policy{MaxAttempts: 10, Jitter: NoJitter, BaseDelay: 100 * time.Millisecond}}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
@@ -298,7 +299,7 @@ func TestDeadline(t *testing.T) {
 	})
 	t.Run("cancelled mid-wait", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			base := newMemBase(status(429))
+			base := rht.NewTransport(rht.Status(429))
 			tr := &Transport{Base: base, Policy: Policy{Rand: highRand}}
 			ctx, cancel := context.WithCancel(context.Background())
 			time.AfterFunc(20*time.Millisecond, cancel)
@@ -314,14 +315,14 @@ func TestDeadline(t *testing.T) {
 			if !errors.Is(err, context.Canceled) || !errors.As(err, &re) || re.Decision != StopCanceled || re.Attempts != 1 {
 				t.Errorf("got %v; want an *Error wrapping context.Canceled after 1 attempt", err)
 			}
-			if base.Open() != 0 {
-				t.Errorf("got %d bodies open; want 0", base.Open())
+			if base.OpenBodies() != 0 {
+				t.Errorf("got %d bodies open; want 0", base.OpenBodies())
 			}
 		})
 	})
 	t.Run("Policy.Timeout mid-wait", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			base := newMemBase(step{err: errReset})
+			base := rht.NewTransport(rht.Step{Err: errReset})
 			// The deadline check uses the wait drawn: 0 with lowRand, so the
 			// transport keeps trying until an attempt itself runs into it.
 			tr := &Transport{Base: base, Policy: Policy{MaxAttempts: 3, Timeout: time.Second, Rand: lowRand}}
@@ -337,7 +338,7 @@ func TestDeadline(t *testing.T) {
 func TestCancellation(t *testing.T) {
 	t.Run("already cancelled: no attempt, body closed", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			base := newMemBase()
+			base := rht.NewTransport()
 			tr := &Transport{Base: base}
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
@@ -358,7 +359,7 @@ func TestCancellation(t *testing.T) {
 	})
 	t.Run("cancelled during an attempt", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			base := newMemBase(step{block: true})
+			base := rht.NewTransport(rht.Hang())
 			tr := &Transport{Base: base}
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
@@ -389,7 +390,7 @@ func (c *closeCounter) Close() error {
 
 func TestAttemptTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		base := newMemBase(step{block: true}, step{status: 200, body: "late but whole"})
+		base := rht.NewTransport(rht.Hang(), rht.Status(200).WithBody("late but whole"))
 		var hooks []Attempt
 		tr := &Transport{Base: base, Policy: Policy{AttemptTimeout: 2 * time.Second, Rand: lowRand},
 			OnAttempt: func(a Attempt) { hooks = append(hooks, a) }}
@@ -408,15 +409,15 @@ func TestAttemptTimeout(t *testing.T) {
 		if err != nil || string(b) != "late but whole" {
 			t.Errorf("got (%q, %v) reading the body; want the whole body", b, err)
 		}
-		if base.Open() != 0 {
-			t.Errorf("got %d bodies open; want 0", base.Open())
+		if base.OpenBodies() != 0 {
+			t.Errorf("got %d bodies open; want 0", base.OpenBodies())
 		}
 	})
 }
 
 func TestTimeoutReleasedOnBodyClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		base := newMemBase(step{status: 200, body: "hello"})
+		base := rht.NewTransport(rht.Status(200).WithBody("hello"))
 		tr := &Transport{Base: base, Policy: Policy{Timeout: time.Minute}}
 		resp, err := tr.RoundTrip(newReq(t, "GET", ""))
 		require.NoError(t, err)
@@ -439,7 +440,7 @@ func TestServerRequestedDelay(t *testing.T) {
 	date := func(d time.Duration) string { return time.Now().Add(d).UTC().Format(http.TimeFormat) }
 	tests := []struct {
 		name     string
-		first    func() step
+		first    func() rht.Step
 		policy   Policy
 		attempts int
 		minWait  time.Duration
@@ -447,25 +448,25 @@ func TestServerRequestedDelay(t *testing.T) {
 		last     Decision
 		source   DelaySource
 	}{
-		{"429 Retry-After seconds", func() step { return retryAfter(429, "Retry-After", "2") }, Policy{},
+		{"429 Retry-After seconds", func() rht.Step { return rht.Status(429).WithHeader("Retry-After", "2") }, Policy{},
 			2, 2 * time.Second, 2200 * time.Millisecond, Done, FromServer},
-		{"503 Retry-After date", func() step { return retryAfter(503, "Retry-After", date(3*time.Second)) }, Policy{},
+		{"503 Retry-After date", func() rht.Step { return rht.Status(503).WithHeader("Retry-After", date(3*time.Second)) }, Policy{},
 			2, 3 * time.Second, 3300 * time.Millisecond, Done, FromServer},
-		{"x-amz-retry-after milliseconds", func() step { return retryAfter(503, "x-amz-retry-after", "1500") }, Policy{},
+		{"x-amz-retry-after milliseconds", func() rht.Step { return rht.Status(503).WithHeader("x-amz-retry-after", "1500") }, Policy{},
 			2, 1500 * time.Millisecond, 1650 * time.Millisecond, Done, FromServer},
-		{"retry-after-ms", func() step { return retryAfter(429, "retry-after-ms", "250") }, Policy{},
+		{"retry-after-ms", func() rht.Step { return rht.Status(429).WithHeader("retry-after-ms", "250") }, Policy{},
 			2, 250 * time.Millisecond, 275 * time.Millisecond, Done, FromServer},
-		{"past date: no wait", func() step { return retryAfter(503, "Retry-After", date(-time.Hour)) }, Policy{},
+		{"past date: no wait", func() rht.Step { return rht.Status(503).WithHeader("Retry-After", date(-time.Hour)) }, Policy{},
 			2, 0, 0, Done, FromServer},
-		{"invalid value: backoff", func() step { return retryAfter(503, "Retry-After", "soon") }, Policy{},
+		{"invalid value: backoff", func() rht.Step { return rht.Status(503).WithHeader("Retry-After", "soon") }, Policy{},
 			2, 0, 50 * time.Millisecond, Done, FromBackoff},
-		{"longer than MaxDelay: returned at once", func() step { return retryAfter(429, "Retry-After", "30") }, Policy{},
+		{"longer than MaxDelay: returned at once", func() rht.Step { return rht.Status(429).WithHeader("Retry-After", "30") }, Policy{},
 			1, 0, 0, StopServerDelay, FromServer},
-		{"within a raised MaxServerDelay", func() step { return retryAfter(429, "Retry-After", "30") }, Policy{MaxServerDelay: time.Minute},
+		{"within a raised MaxServerDelay", func() rht.Step { return rht.Status(429).WithHeader("Retry-After", "30") }, Policy{MaxServerDelay: time.Minute},
 			2, 30 * time.Second, 33 * time.Second, Done, FromServer},
-		{"ignored when MaxServerDelay < 0", func() step { return retryAfter(429, "Retry-After", "30") }, Policy{MaxServerDelay: -1},
+		{"ignored when MaxServerDelay < 0", func() rht.Step { return rht.Status(429).WithHeader("Retry-After", "30") }, Policy{MaxServerDelay: -1},
 			2, 0, time.Second, Done, FromBackoff},
-		{"past the deadline: returned at once", func() step { return retryAfter(503, "Retry-After", "5") }, Policy{Timeout: 4 * time.Second},
+		{"past the deadline: returned at once", func() rht.Step { return rht.Status(503).WithHeader("Retry-After", "5") }, Policy{Timeout: 4 * time.Second},
 			1, 0, 0, StopDeadline, FromServer},
 	}
 	for _, tc := range tests {
@@ -478,7 +479,7 @@ func TestServerRequestedDelay(t *testing.T) {
 		}{{"low", lowRand}, {"high", highRand}} {
 			t.Run(tc.name+"/"+end.name, func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
-					base := newMemBase(tc.first(), status(200))
+					base := rht.NewTransport(tc.first(), rht.Status(200))
 					var hooks []Attempt
 					p := tc.policy
 					p.Rand = end.rnd
@@ -497,7 +498,7 @@ func TestServerRequestedDelay(t *testing.T) {
 						if code == 200 || time.Since(start) != 0 {
 							t.Errorf("got %d after %v; want the retryable response at once", code, time.Since(start))
 						}
-					} else if gap := base.Gaps()[0]; gap != want {
+					} else if gap := rht.Gaps(base)[0]; gap != want {
 						t.Errorf("got wait %v; want %v", gap, want)
 					}
 					if got := hooks[len(hooks)-1].Decision; got != tc.last {
@@ -518,25 +519,25 @@ func TestBudgetExactCounts(t *testing.T) {
 		tokens := b.Available()
 		steps := []struct {
 			name         string
-			script       []step
+			script       []rht.Step
 			times        int
 			wantAttempts int // per request
 			wantCode     int
 			wantDelta    int // tokens after minus before, over all the requests
 		}{
-			{"outage: two retries at 14 each, spent for good", []step{status(503)}, 1, 3, 503, -28},
-			{"12 tokens cannot pay a transient retry", []step{status(503)}, 1, 1, 503, 0},
-			{"throttling retries cost 5 each", []step{status(429)}, 1, 3, 429, -10},
-			{"a first-try success adds 1", []step{status(200)}, 1, 1, 200, +1},
-			{"3 tokens cannot pay either", []step{status(503), status(200)}, 1, 1, 503, 0},
-			{"successes refill one token each", []step{status(200)}, 11, 1, 200, +11},
-			{"a successful retry refunds its cost", []step{status(503), status(200)}, 1, 2, 200, 0},
-			{"refill up to capacity", []step{status(200)}, 26, 1, 200, +26},
-			{"never above capacity", []step{status(200)}, 5, 1, 200, 0},
+			{"outage: two retries at 14 each, spent for good", []rht.Step{rht.Status(503)}, 1, 3, 503, -28},
+			{"12 tokens cannot pay a transient retry", []rht.Step{rht.Status(503)}, 1, 1, 503, 0},
+			{"throttling retries cost 5 each", []rht.Step{rht.Status(429)}, 1, 3, 429, -10},
+			{"a first-try success adds 1", []rht.Step{rht.Status(200)}, 1, 1, 200, +1},
+			{"3 tokens cannot pay either", []rht.Step{rht.Status(503), rht.Status(200)}, 1, 1, 503, 0},
+			{"successes refill one token each", []rht.Step{rht.Status(200)}, 11, 1, 200, +11},
+			{"a successful retry refunds its cost", []rht.Step{rht.Status(503), rht.Status(200)}, 1, 2, 200, 0},
+			{"refill up to capacity", []rht.Step{rht.Status(200)}, 26, 1, 200, +26},
+			{"never above capacity", []rht.Step{rht.Status(200)}, 5, 1, 200, 0},
 		}
 		for _, st := range steps {
 			for i := 0; i < st.times; i++ {
-				base := newMemBase(st.script...)
+				base := rht.NewTransport(st.script...)
 				tr := &Transport{Base: base, Budget: b, Policy: Policy{Rand: lowRand}}
 				code, _, err := roundTrip(t, tr, newReq(t, "GET", ""))
 				if err != nil || code != st.wantCode {
@@ -559,7 +560,7 @@ func TestBudgetExactCounts(t *testing.T) {
 
 func TestBudgetRefusalIsImmediate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		base := newMemBase(step{err: errReset})
+		base := rht.NewTransport(rht.Step{Err: errReset})
 		var hooks []Attempt
 		tr := &Transport{Base: base, Budget: NewBudget(RetryCost - 1), OnAttempt: func(a Attempt) { hooks = append(hooks, a) }}
 		start := time.Now()

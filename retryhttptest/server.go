@@ -1,0 +1,114 @@
+package retryhttptest
+
+import (
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Server is an httptest.Server that answers from a script. Make one with
+// NewServer; it closes itself when the test ends.
+type Server struct {
+	*httptest.Server
+	*script
+	conns     atomic.Int64
+	closing   chan struct{}
+	closeOnce sync.Once
+}
+
+// NewServer starts a Server on loopback that answers from steps, and closes
+// it at the end of the test.
+func NewServer(t testing.TB, steps ...Step) *Server {
+	t.Helper()
+	s := NewUnstartedServer(t, steps...)
+	s.Start()
+	return s
+}
+
+// NewUnstartedServer returns a Server that is not started yet, so that its
+// Config or TLS settings (EnableHTTP2, for one) can be changed first. Call
+// Start or StartTLS; it closes itself at the end of the test.
+func NewUnstartedServer(t testing.TB, steps ...Step) *Server {
+	t.Helper()
+	s := &Server{script: newScript(steps), closing: make(chan struct{})}
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	s.configure()
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Close releases hanging handlers, then shuts the server down and waits
+// for its handlers to return. It may be called more than once.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() { close(s.closing) })
+	s.Server.Close()
+}
+
+func (s *Server) configure() {
+	// Cut connections are the point of some steps: keep the log quiet.
+	s.Config.ErrorLog = log.New(io.Discard, "", 0)
+	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			s.conns.Add(1)
+		}
+	}
+}
+
+// Conns returns the number of connections the Server has accepted: with
+// keep-alive working, far fewer than attempts.
+func (s *Server) Conns() int { return int(s.conns.Load()) }
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	st := s.record(r, body)
+	if st.Delay > 0 {
+		select {
+		case <-time.After(st.Delay):
+		case <-r.Context().Done():
+			return
+		case <-s.closing:
+			return
+		}
+	}
+	switch {
+	case st.Hang:
+		select {
+		case <-r.Context().Done():
+		case <-s.closing:
+		}
+		return
+	case st.Reset:
+		cut(w, true)
+		return
+	}
+	s.effect(r)
+	if st.CommitThenDrop {
+		cut(w, true)
+		return
+	}
+	for k, vs := range st.Header {
+		w.Header()[k] = vs
+	}
+	w.WriteHeader(code(st))
+	io.WriteString(w, st.Body)
+}
+
+// cut closes the connection under a handler without a response; with rst,
+// as a TCP reset.
+func cut(w http.ResponseWriter, rst bool) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		// HTTP/2 cannot hijack: abort the stream instead.
+		panic(http.ErrAbortHandler)
+	}
+	if tc, ok := conn.(*net.TCPConn); ok && rst {
+		tc.SetLinger(0)
+	}
+	conn.Close()
+}
