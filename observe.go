@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 )
 
@@ -107,6 +108,57 @@ type Attempt struct {
 	Duration time.Duration
 }
 
+// String renders the attempt for humans, with the URL stripped of user info,
+// query and fragment and no header at all, so that printing an Attempt with
+// %v never leaks a credential.
+func (a Attempt) String() string {
+	var b strings.Builder
+	b.WriteString("attempt ")
+	b.WriteString(itoa(a.Number))
+	if a.Request != nil {
+		b.WriteString(" " + method(a.Request) + " " + redactURL(a.Request.URL))
+	}
+	b.WriteString(": ")
+	if a.Err != nil {
+		b.WriteString(errString(a.Err))
+	} else {
+		b.WriteString(itoa(a.Status))
+	}
+	b.WriteString(" " + a.Class.String() + " -> " + a.Decision.String())
+	if a.Decision == Retry {
+		b.WriteString(" in " + a.Delay.String() + " (" + a.DelaySource.String() + ")")
+	}
+	b.WriteString(", " + itoa(a.Tokens) + " tokens")
+	return b.String()
+}
+
+// LogValue renders the attempt for log/slog with the same care as String.
+func (a Attempt) LogValue() slog.Value {
+	return slog.GroupValue(a.attrs()...)
+}
+
+func (a Attempt) attrs() []slog.Attr {
+	attrs := make([]slog.Attr, 0, 10)
+	if a.Request != nil {
+		attrs = append(attrs,
+			slog.String("method", method(a.Request)),
+			slog.String("url", redactURL(a.Request.URL)))
+	}
+	attrs = append(attrs,
+		slog.Int("attempt", a.Number),
+		slog.String("class", a.Class.String()),
+		slog.String("decision", a.Decision.String()))
+	if a.Err != nil {
+		attrs = append(attrs, slog.String("error", errString(a.Err)))
+	} else {
+		attrs = append(attrs, slog.Int("status", a.Status))
+	}
+	if a.Decision == Retry || a.Decision == StopDeadline || a.Decision == StopServerDelay {
+		attrs = append(attrs, slog.Duration("delay", a.Delay), slog.String("delay_source", a.DelaySource.String()))
+	}
+	return append(attrs, slog.Int("tokens", a.Tokens))
+}
+
 // Error is the error RoundTrip returns when it ends on an error rather than a
 // response. It wraps the last attempt's error, so errors.Is and errors.As
 // reach the cause; when the context ended during a wait, it wraps the
@@ -183,23 +235,7 @@ func (t *Transport) log(ctx context.Context, a Attempt) {
 	if !t.Logger.Enabled(ctx, level) {
 		return
 	}
-	attrs := []slog.Attr{
-		slog.String("method", method(a.Request)),
-		slog.String("url", redactURL(a.Request.URL)),
-		slog.Int("attempt", a.Number),
-		slog.String("class", a.Class.String()),
-		slog.String("decision", a.Decision.String()),
-	}
-	if a.Err != nil {
-		attrs = append(attrs, slog.String("error", errString(a.Err)))
-	} else {
-		attrs = append(attrs, slog.Int("status", a.Status))
-	}
-	if a.Decision == Retry || a.Decision == StopDeadline || a.Decision == StopServerDelay {
-		attrs = append(attrs, slog.Duration("delay", a.Delay), slog.String("delay_source", a.DelaySource.String()))
-	}
-	attrs = append(attrs, slog.Int("tokens", a.Tokens))
-	t.Logger.LogAttrs(ctx, level, msg, attrs...)
+	t.Logger.LogAttrs(ctx, level, msg, a.attrs()...)
 }
 
 func method(r *http.Request) string {

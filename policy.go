@@ -27,7 +27,8 @@ const (
 type Policy struct {
 	// MaxAttempts is the number of attempts, the first one included: 3 means
 	// one call and at most two retries. Zero or less means 3; 1 disables
-	// retries, and the Transport then passes requests through untouched.
+	// retries (and idempotency keys), while deadlines, hooks and logs still
+	// apply.
 	MaxAttempts int
 
 	// BaseDelay is the first backoff ceiling after a Transient failure; the

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"reflect"
 	"strconv"
 	"syscall"
 )
@@ -144,6 +145,15 @@ func classifyError(err error) Class {
 	if errors.As(err, &opErr) && opErr.Op == "dial" {
 		return Transient
 	}
+	if code, ok := http2StreamErrorCode(err); ok {
+		switch code {
+		case 0x2, 0x7: // INTERNAL_ERROR, REFUSED_STREAM: the stream's reset
+			return Transient
+		case 0xb: // ENHANCE_YOUR_CALM: the server wants fewer requests
+			return Throttling
+		}
+		return Permanent
+	}
 	var netErr net.Error
 	if errors.As(err, &netErr) && netErr.Timeout() {
 		return Transient
@@ -159,3 +169,35 @@ func neverSent(err error) bool {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// http2StreamErrorCode finds an HTTP/2 stream error in err's chain and returns
+// its error code (RFC 9113 §7). net/http's HTTP/2 support reports a stream
+// reset with an unexported type, and golang.org/x/net/http2 with its own
+// StreamError; neither can be named here for errors.As, so the chain is
+// walked and the type identified by its package and name, never its text.
+func http2StreamErrorCode(err error) (uint32, bool) {
+	for err != nil {
+		v := reflect.ValueOf(err)
+		if t := v.Type(); t.Kind() == reflect.Struct &&
+			(t.PkgPath() == "net/http" && t.Name() == "http2StreamError" ||
+				t.PkgPath() == "golang.org/x/net/http2" && t.Name() == "StreamError") {
+			if f := v.FieldByName("Code"); f.IsValid() && f.CanUint() {
+				return uint32(f.Uint()), true
+			}
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if code, ok := http2StreamErrorCode(e); ok {
+					return code, true
+				}
+			}
+			return 0, false
+		default:
+			return 0, false
+		}
+	}
+	return 0, false
+}

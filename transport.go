@@ -125,9 +125,6 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	base := t.base()
 	p := &t.Policy
 	maxAttempts := p.maxAttempts()
-	if maxAttempts == 1 {
-		return base.RoundTrip(req)
-	}
 	ctx := req.Context()
 	if err := ctx.Err(); err != nil {
 		closeBody(req.Body)
@@ -144,7 +141,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		out = req.WithContext(ctx)
 	}
 	safe := idempotentMethod(req.Method)
-	if !safe {
+	if !safe && maxAttempts > 1 { // a key only matters to a retry
 		name := p.idempotencyHeader()
 		if _, ok := headerKey(req.Header, name); ok {
 			safe = true
