@@ -1,0 +1,161 @@
+package stress
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/herdproof/retryhttp"
+	rht "github.com/herdproof/retryhttp/retryhttptest"
+	"go.uber.org/goleak"
+)
+
+// Each test checks with goleak.VerifyNone, deferred right after its server
+// starts (whose own goroutines it ignores), so that it runs after the test
+// has closed its idle connections but before t.Cleanup closes the server: a
+// closed server would end the goroutines of a leaked connection and hide it. TestMain checks once more after everything: no
+// retry wait, attempt timer, body watcher or connection may outlive its
+// request.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func get(t *testing.T, ctx context.Context, c *http.Client, url string) (*http.Response, error) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Do(req)
+}
+
+func TestNoLeakAfterCancelMidWait(t *testing.T) {
+	srv := rht.NewServer(t, rht.Status(429))
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent()) // the server's own goroutines are not leaks
+	// Always the top of the window: a 1s wait after the 429, cancelled at
+	// 20ms. (With a deadline instead, the Transport would not start a wait
+	// that cannot end in time, and would return the 429.)
+	tr := &retryhttp.Transport{Policy: retryhttp.Policy{Rand: func(n int64) int64 { return n - 1 }}}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			ctx, cancel := context.WithCancel(context.Background())
+			timer := time.AfterFunc(20*time.Millisecond, cancel)
+			defer timer.Stop()
+			start := time.Now()
+			resp, err := get(t, ctx, client, srv.URL)
+			took := time.Since(start)
+			switch {
+			case err == nil:
+				// Cancelled while the 429 was on its way: its headers had
+				// arrived, so it is the answer.
+				resp.Body.Close()
+			case !errors.Is(err, context.Canceled):
+				t.Errorf("got %v; want context.Canceled or the 429", err)
+			}
+			if took > 500*time.Millisecond {
+				t.Errorf("returned after %v; want soon after the 20ms cancel", took)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestNoLeakAfterAttemptTimeouts(t *testing.T) {
+	srv := rht.NewServer(t, rht.Hang().Times(100), rht.Status(200))
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent()) // the server's own goroutines are not leaks
+	tr := &retryhttp.Transport{Policy: retryhttp.Policy{
+		AttemptTimeout: 20 * time.Millisecond, Timeout: 2 * time.Second, MaxAttempts: 5, BaseDelay: time.Millisecond,
+	}, Budget: retryhttp.UnlimitedBudget()}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			resp, err := get(t, context.Background(), client, srv.URL)
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestNoLeakWhenBodyLeftUnread(t *testing.T) {
+	// A response read halfway and closed, with both timeouts set: the
+	// context watchers must go when the body is closed.
+	srv := rht.NewServer(t, rht.Status(503).WithBody(strings.Repeat("busy ", 1000)), rht.Status(200).WithBody(string(make([]byte, 1<<20))))
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent()) // the server's own goroutines are not leaks
+	tr := &retryhttp.Transport{Policy: retryhttp.Policy{
+		AttemptTimeout: time.Second, Timeout: 10 * time.Second, BaseDelay: time.Millisecond,
+	}}
+	defer tr.CloseIdleConnections()
+	resp, err := get(t, context.Background(), &http.Client{Transport: tr}, srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.CopyN(io.Discard, resp.Body, 1000)
+	resp.Body.Close()
+}
+
+func TestNoLeakOverHTTP2(t *testing.T) {
+	srv := rht.NewUnstartedServer(t, rht.CommitThenDrop(), rht.Status(503).WithBody(strings.Repeat("busy ", 1000)), rht.Status(200))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent()) // the server's own goroutines are not leaks
+	base := srv.Client().Transport
+	tr := &retryhttp.Transport{Base: base, Policy: retryhttp.Policy{BaseDelay: time.Millisecond}}
+	defer tr.CloseIdleConnections()
+	req, _ := http.NewRequest("POST", srv.URL, nil)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	rht.AssertAttempts(t, srv, 3)
+	rht.AssertStableKey(t, srv)
+}
+
+func TestNoLeakOnDialFailures(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	tr := &retryhttp.Transport{Policy: retryhttp.Policy{BaseDelay: time.Millisecond}}
+	defer tr.CloseIdleConnections()
+	_, err := get(t, context.Background(), &http.Client{Transport: tr}, "http://127.0.0.1:1/")
+	var re *retryhttp.Error
+	if !errors.As(err, &re) || re.Attempts != 3 {
+		t.Errorf("got %v; want an *Error after 3 attempts", err)
+	}
+}
+
+func TestNoLeakOnRetriedResponses(t *testing.T) {
+	// Discarded 503s with bodies, and no timeout whose cancellation would
+	// tear their connections down anyway: only draining and closing them
+	// frees their connections.
+	busy := rht.Status(503).WithBody(strings.Repeat("busy ", 1000))
+	srv := rht.NewServer(t, busy, busy, rht.Status(200), busy, rht.Status(200))
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent()) // the server's own goroutines are not leaks
+	tr := &retryhttp.Transport{Policy: retryhttp.Policy{BaseDelay: time.Millisecond}}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	for range 2 {
+		resp, err := get(t, context.Background(), client, srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	rht.AssertAttempts(t, srv, 5)
+	if got := srv.Conns(); got != 1 {
+		t.Errorf("got %d connections; want 1 (each discarded body drained and closed)", got)
+	}
+}
