@@ -1,0 +1,60 @@
+package herd
+
+import (
+	"testing"
+	"time"
+
+	"github.com/herdproof/retryhttp"
+)
+
+var quick = retryhttp.Policy{BaseDelay: time.Microsecond, MaxDelay: time.Millisecond}
+
+func TestLayersMultiply(t *testing.T) {
+	for k := 1; k <= 4; k++ {
+		c := NewChain(k, func(int) *retryhttp.Transport {
+			return &retryhttp.Transport{Policy: quick, Budget: retryhttp.UnlimitedBudget()}
+		})
+		got := c.Call(1)
+		c.Close()
+		want := int64(1)
+		for range k {
+			want *= 3
+		}
+		if got != want {
+			t.Errorf("k = %d: got %d attempts at the bottom for one request; want 3^%d = %d", k, got, k, want)
+		}
+	}
+}
+
+func TestOneRetryingLayer(t *testing.T) {
+	// Retry next to the failing dependency only; every other layer makes
+	// one attempt and passes the failure up.
+	for k := 1; k <= 4; k++ {
+		c := NewChain(k, func(i int) *retryhttp.Transport {
+			p := quick
+			if i < k {
+				p.MaxAttempts = 1
+			}
+			return &retryhttp.Transport{Policy: p, Budget: retryhttp.UnlimitedBudget()}
+		})
+		got := c.Call(10)
+		c.Close()
+		if got != 30 {
+			t.Errorf("k = %d: got %d attempts at the bottom for 10 requests; want 30", k, got)
+		}
+	}
+}
+
+func TestBudgetsBoundLayers(t *testing.T) {
+	const requests = 1000
+	c := NewChain(3, func(int) *retryhttp.Transport { return &retryhttp.Transport{Policy: quick} })
+	defer c.Close()
+	got := c.Call(requests)
+	// Each layer's 500 tokens pay for at most 35 retries in all, and each
+	// retry at layer i costs at most 3^(3-i) bottom attempts: 35·(9+3+1)
+	// on top of one attempt per request.
+	if limit := int64(requests + 35*(9+3+1)); got > limit {
+		t.Errorf("got %d attempts at the bottom for %d requests; want at most %d", got, requests, limit)
+	}
+	t.Logf("3 layers, default budgets: %d attempts at the bottom for %d requests (%.2f each; 27 without budgets)", got, requests, float64(got)/requests)
+}
