@@ -59,7 +59,9 @@ func runReal(scale time.Duration) {
 	fmt.Printf("1,000 clients over loopback, the real Transport. The server is down for %v, then serves %d a second.\n", m.Outage, m.Capacity)
 	fmt.Printf("Time is scaled: 1 model second = %v of wall clock. Ideal: everyone back at %v.\n", scale, m.Ideal())
 
-	s := func(d time.Duration) time.Duration { return time.Duration(float64(d) * float64(scale) / float64(time.Second)) }
+	s := func(d time.Duration) time.Duration {
+		return time.Duration(float64(d) * float64(scale) / float64(time.Second))
+	}
 	forever := retryhttp.Policy{MaxAttempts: 1 << 30, BaseDelay: s(m.Base), MaxDelay: s(m.Cap)}
 	runs := []struct {
 		name   string
