@@ -66,7 +66,8 @@ type Policy struct {
 	AttemptTimeout time.Duration
 
 	// Classify sorts each attempt's outcome; exactly one of its arguments is
-	// non-nil. It must not read the response body. Nil means
+	// non-nil. It must not consume the response body: to look inside one,
+	// use PeekBody, which reads a bounded prefix and puts it back. Nil means
 	// DefaultClassify.
 	Classify func(*http.Response, error) Class
 

@@ -190,13 +190,18 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		case class.retryable():
 			decision, delay, src, lastCost = t.decide(ctx, n, maxAttempts, class, resp, err, safe, replayable, prevDelay, budget)
 			if decision == Retry {
-				next = shallowCopy(out)
+				// A request without a body is sent again as it is: nothing
+				// in it changes, and the base is done with it once the
+				// response is closed. One with a body gets a copy with a
+				// fresh body from GetBody.
+				next = out
 				if req.GetBody != nil && req.Body != nil && req.Body != http.NoBody {
 					body, gerr := req.GetBody()
 					if gerr != nil {
 						budget.give(lastCost)
 						decision, next = StopNotReplayable, nil
 					} else {
+						next = shallowCopy(out)
 						next.Body = body
 					}
 				}
@@ -236,7 +241,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 		discard(resp, release)
 		if werr := sleep(ctx, delay); werr != nil {
-			closeBody(next.Body)
+			if next != out {
+				closeBody(next.Body)
+			}
 			if cancel != nil {
 				cancel()
 			}
@@ -268,7 +275,11 @@ func (t *Transport) decide(ctx context.Context, n, maxAttempts int, class Class,
 		return StopNotIdempotent, 0, FromBackoff, 0
 	}
 
-	now := time.Now()
+	var now time.Time // read the clock only for a date or a deadline
+	deadline, hasDeadline := ctx.Deadline()
+	if hasDeadline || (resp != nil && len(resp.Header[headerRetryAfter]) > 0) {
+		now = time.Now()
+	}
 	rnd := p.rand()
 	if sd, ok := serverDelay(p, resp, now); ok {
 		src = FromServer
@@ -281,7 +292,7 @@ func (t *Transport) decide(ctx context.Context, n, maxAttempts int, class Class,
 	} else {
 		delay = p.Jitter.Delay(n-1, p.baseDelay(class), p.maxDelay(), prevDelay, rnd)
 	}
-	if deadline, ok := ctx.Deadline(); ok && !now.Add(delay).Before(deadline) {
+	if hasDeadline && !now.Add(delay).Before(deadline) {
 		return StopDeadline, delay, src, 0
 	}
 	cost = RetryCost

@@ -1,0 +1,20 @@
+module github.com/herdproof/retryhttp/bench
+
+go 1.25
+
+require (
+	github.com/aws/aws-sdk-go-v2 v1.48.0
+	github.com/failsafe-go/failsafe-go v0.9.8
+	github.com/hashicorp/go-retryablehttp v0.7.8
+	github.com/herdproof/retryhttp v0.0.0
+)
+
+require (
+	github.com/aws/smithy-go v1.28.9 // indirect
+	github.com/bits-and-blooms/bitset v1.24.4 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
+	github.com/influxdata/tdigest v0.0.1 // indirect
+)
+
+replace github.com/herdproof/retryhttp => ../

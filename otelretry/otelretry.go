@@ -1,0 +1,145 @@
+// Package otelretry turns a retryhttp.Transport's per-attempt hook into
+// OpenTelemetry metrics. It is a module of its own so that OpenTelemetry
+// stays out of the library's dependencies.
+//
+//	m, err := otelretry.New(otel.GetMeterProvider())
+//	...
+//	tr := &retryhttp.Transport{}
+//	m.Instrument(tr) // before the Transport's first use
+//
+// Instruments (all prefixed retryhttp.):
+//
+//   - attempts (counter): every attempt, by class (success, permanent,
+//     transient, throttling), decision and method.
+//   - requests (counter): every RoundTrip that made at least one attempt, by
+//     method; retries (counter): every retry, by class and method. Their
+//     ratio is the retry share of traffic, the figure to alert on (the SRE
+//     book's suggested limit is 10%).
+//   - wait (histogram, seconds): every wait before a retry, by source
+//     (backoff or server).
+//   - giveups (counter): every RoundTrip that ended on a retryable failure
+//     without retrying it, by reason (attempts exhausted, retry budget
+//     exhausted, deadline too close, ...).
+//   - budget.tokens (observable gauge): the tokens in each instrumented
+//     Transport's budget.
+//
+// Methods are recorded as sent; URLs, headers and bodies never.
+package otelretry
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/herdproof/retryhttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// ScopeName is the instrumentation scope of the meter.
+const ScopeName = "github.com/herdproof/retryhttp/otelretry"
+
+// Metrics records a Transport's attempts. Make one with New; it is safe for
+// concurrent use and may instrument several Transports.
+type Metrics struct {
+	attempts metric.Int64Counter
+	requests metric.Int64Counter
+	retries  metric.Int64Counter
+	giveups  metric.Int64Counter
+	wait     metric.Float64Histogram
+	tokens   metric.Int64ObservableGauge
+	meter    metric.Meter
+
+	mu      sync.Mutex
+	budgets map[*retryhttp.Budget]attribute.Set
+	reg     metric.Registration
+}
+
+// New creates the instruments on a meter from mp.
+func New(mp metric.MeterProvider) (*Metrics, error) {
+	m := &Metrics{meter: mp.Meter(ScopeName), budgets: map[*retryhttp.Budget]attribute.Set{}}
+	var errs []error
+	add := func(err error) { errs = append(errs, err) }
+	var err error
+	m.attempts, err = m.meter.Int64Counter("retryhttp.attempts", metric.WithDescription("HTTP attempts made, by outcome class and decision"), metric.WithUnit("{attempt}"))
+	add(err)
+	m.requests, err = m.meter.Int64Counter("retryhttp.requests", metric.WithDescription("Requests (RoundTrips) that made at least one attempt"), metric.WithUnit("{request}"))
+	add(err)
+	m.retries, err = m.meter.Int64Counter("retryhttp.retries", metric.WithDescription("Retries made"), metric.WithUnit("{retry}"))
+	add(err)
+	m.giveups, err = m.meter.Int64Counter("retryhttp.giveups", metric.WithDescription("Requests that ended on a retryable failure without retrying it, by reason"), metric.WithUnit("{request}"))
+	add(err)
+	m.wait, err = m.meter.Float64Histogram("retryhttp.wait", metric.WithDescription("Waits before retries"), metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(0, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30))
+	add(err)
+	m.tokens, err = m.meter.Int64ObservableGauge("retryhttp.budget.tokens", metric.WithDescription("Tokens in the retry budget"), metric.WithUnit("{token}"))
+	add(err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	m.reg, err = m.meter.RegisterCallback(m.observe, m.tokens)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for b, attrs := range m.budgets {
+		o.ObserveInt64(m.tokens, int64(b.Available()), metric.WithAttributeSet(attrs))
+	}
+	return nil
+}
+
+// Instrument makes t report to m: its OnAttempt records every attempt (and
+// then calls the hook t had, if any), and its budget is observed by the
+// budget.tokens gauge under the given attributes (a "client" name, say).
+// Call it before t's first use.
+func (m *Metrics) Instrument(t *retryhttp.Transport, attrs ...attribute.KeyValue) {
+	m.mu.Lock()
+	m.budgets[t.BudgetInUse()] = attribute.NewSet(attrs...)
+	m.mu.Unlock()
+	t.OnAttempt = m.Hook(t.OnAttempt)
+}
+
+// Hook returns an OnAttempt hook that records each attempt, then calls next
+// (which may be nil).
+func (m *Metrics) Hook(next func(retryhttp.Attempt)) func(retryhttp.Attempt) {
+	return func(a retryhttp.Attempt) {
+		m.Record(a)
+		if next != nil {
+			next(a)
+		}
+	}
+}
+
+// Record records one attempt.
+func (m *Metrics) Record(a retryhttp.Attempt) {
+	ctx := context.Background()
+	method := "GET"
+	if a.Request != nil {
+		ctx = a.Request.Context()
+		if a.Request.Method != "" {
+			method = a.Request.Method
+		}
+	}
+	methodAttr := attribute.String("http.request.method", method)
+	classAttr := attribute.String("retryhttp.class", a.Class.String())
+	m.attempts.Add(ctx, 1, metric.WithAttributes(methodAttr, classAttr, attribute.String("retryhttp.decision", a.Decision.String())))
+	if a.Number == 1 {
+		m.requests.Add(ctx, 1, metric.WithAttributes(methodAttr))
+	}
+	switch a.Decision {
+	case retryhttp.Retry:
+		m.retries.Add(ctx, 1, metric.WithAttributes(methodAttr, classAttr))
+		m.wait.Record(ctx, a.Delay.Seconds(), metric.WithAttributes(attribute.String("retryhttp.delay_source", a.DelaySource.String())))
+	case retryhttp.Done:
+	default:
+		m.giveups.Add(ctx, 1, metric.WithAttributes(methodAttr, attribute.String("retryhttp.reason", a.Decision.String())))
+	}
+}
+
+// Close stops observing the instrumented budgets.
+func (m *Metrics) Close() error { return m.reg.Unregister() }

@@ -1,0 +1,122 @@
+package otelretry
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"testing/synctest"
+
+	"github.com/herdproof/retryhttp"
+	rht "github.com/herdproof/retryhttp/retryhttptest"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+func collect(t *testing.T, r *sdkmetric.ManualReader) map[string]metricdata.Metrics {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]metricdata.Metrics{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			out[m.Name] = m
+		}
+	}
+	return out
+}
+
+// sum returns the value of the counter's data point with exactly the given
+// attributes, or the total over all points when none are given.
+func sum(t *testing.T, m metricdata.Metrics, kv ...attribute.KeyValue) int64 {
+	t.Helper()
+	s, ok := m.Data.(metricdata.Sum[int64])
+	if !ok {
+		t.Fatalf("%s: got %T; want an int64 sum", m.Name, m.Data)
+	}
+	want := attribute.NewSet(kv...)
+	var total int64
+	for _, dp := range s.DataPoints {
+		if len(kv) == 0 || dp.Attributes.Equals(&want) {
+			total += dp.Value
+		}
+	}
+	return total
+}
+
+func TestMetrics(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reader := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		m, err := New(mp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+
+		// Request 1: 503, 429 (Retry-After: 1), 200. Request 2: 503 three
+		// times. Request 3: 404.
+		base := rht.NewTransport(rht.Status(503), rht.RetryAfter(429, "1"), rht.Status(200),
+			rht.Status(503).Times(3), rht.Status(404))
+		seen := 0
+		tr := &retryhttp.Transport{Base: base, Policy: retryhttp.Policy{Rand: func(int64) int64 { return 0 }},
+			OnAttempt: func(retryhttp.Attempt) { seen++ }}
+		m.Instrument(tr, attribute.String("client", "orders"))
+		for _, method := range []string{"POST", "GET", "GET"} {
+			req, _ := http.NewRequest(method, "http://orders.test/x?secret=1", nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		}
+		if seen != 7 {
+			t.Errorf("the Transport's own hook saw %d attempts; want 7 (it must still be called)", seen)
+		}
+
+		got := collect(t, reader)
+		str := attribute.String
+		for _, c := range []struct {
+			name string
+			kv   []attribute.KeyValue
+			want int64
+		}{
+			{"retryhttp.attempts", nil, 7},
+			{"retryhttp.attempts", []attribute.KeyValue{str("http.request.method", "GET"), str("retryhttp.class", "transient"), str("retryhttp.decision", "retry")}, 2},
+			{"retryhttp.attempts", []attribute.KeyValue{str("http.request.method", "GET"), str("retryhttp.class", "transient"), str("retryhttp.decision", "attempts exhausted")}, 1},
+			{"retryhttp.attempts", []attribute.KeyValue{str("http.request.method", "POST"), str("retryhttp.class", "throttling"), str("retryhttp.decision", "retry")}, 1},
+			{"retryhttp.attempts", []attribute.KeyValue{str("http.request.method", "GET"), str("retryhttp.class", "permanent"), str("retryhttp.decision", "done")}, 1},
+			{"retryhttp.requests", nil, 3},
+			{"retryhttp.retries", nil, 4},
+			{"retryhttp.giveups", []attribute.KeyValue{str("http.request.method", "GET"), str("retryhttp.reason", "attempts exhausted")}, 1},
+		} {
+			if v := sum(t, got[c.name], c.kv...); v != c.want {
+				t.Errorf("%s %v: got %d; want %d", c.name, c.kv, v, c.want)
+			}
+		}
+
+		hist := got["retryhttp.wait"].Data.(metricdata.Histogram[float64])
+		var waits uint64
+		var serverSum float64
+		for _, dp := range hist.DataPoints {
+			waits += dp.Count
+			if v, _ := dp.Attributes.Value("retryhttp.delay_source"); v.AsString() == "server" {
+				serverSum += dp.Sum
+			}
+		}
+		if waits != 4 || serverSum != 1 {
+			t.Errorf("wait: got %d waits, %vs from the server; want 4 and 1s", waits, serverSum)
+		}
+
+		gauge := got["retryhttp.budget.tokens"].Data.(metricdata.Gauge[int64])
+		// 500 - 14 - 5 + 5 (refund) - 14 - 14 = 458
+		if len(gauge.DataPoints) != 1 || gauge.DataPoints[0].Value != 458 {
+			t.Errorf("budget.tokens: got %+v; want one point of 458", gauge.DataPoints)
+		}
+		if v, _ := gauge.DataPoints[0].Attributes.Value("client"); v.AsString() != "orders" {
+			t.Errorf("budget.tokens: got attributes %v; want client=orders", gauge.DataPoints[0].Attributes)
+		}
+	})
+}
