@@ -86,6 +86,9 @@ func DefaultClassify(resp *http.Response, err error) Class {
 	if err != nil {
 		return classifyError(err)
 	}
+	if resp == nil {
+		return Permanent
+	}
 	switch resp.StatusCode {
 	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		return Transient

@@ -16,6 +16,7 @@ package retryhttp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -25,6 +26,10 @@ import (
 
 	"github.com/hashicorp/go-cleanhttp"
 )
+
+// errNoResponse stands in for the error of a base that returned neither a
+// response nor an error, so that RoundTrip never does the same.
+var errNoResponse = errors.New("retryhttp: base RoundTripper returned neither a response nor an error")
 
 // drainLimit bounds how much of a discarded response body is read so that its
 // connection can be reused; a longer body is closed unread, which costs a new
@@ -235,6 +240,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			if cancel != nil {
 				cancel()
+			}
+			if err == nil { // a base that broke the contract: neither
+				err = errNoResponse
 			}
 			return nil, &Error{Attempts: n, Decision: decision, Err: err}
 		}

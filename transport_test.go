@@ -580,3 +580,11 @@ func TestBudgetRefusalIsImmediate(t *testing.T) {
 		}
 	})
 }
+
+func TestBrokenBaseNeitherResponseNorError(t *testing.T) {
+	tr := &Transport{Base: roundTripperFunc(func(*http.Request) (*http.Response, error) { return nil, nil })}
+	resp, err := tr.RoundTrip(newReq(t, "GET", ""))
+	if resp != nil || !errors.Is(err, errNoResponse) {
+		t.Errorf("got (%v, %v); want (nil, an error wrapping errNoResponse)", resp, err)
+	}
+}
