@@ -39,8 +39,9 @@ $(echo "$versions" | sed 's/^/  - /')
 - Commands (from \`bench/\`):
   - \`go test -run '^\$' -bench 'Success|Retry|Loopback' -benchmem -count=$count .\`
   - \`go test -run '^\$' -bench 'Contention' -benchmem -count=$count -cpu 1,2 .\`
-  - \`go test -run '^\$' -bench 'Paired' -count=3 .\`
+  - \`go test -run '^\$' -bench 'Paired' -count=$count .\`
   - \`BENCH_REPORT=file go test -run 'Outage|Connections' .\`
+  - \`BENCH_REPORT=file go test -run 'Targets' .\`
   - summarised with \`go run golang.org/x/perf/cmd/benchstat@latest\`
 
 How each peer is set up (bench/peers.go): go-retryablehttp as its README
@@ -104,11 +105,11 @@ new TCP connection per request, and their reader and writer goroutines
 
 ## 4. The Transport's targets
 
-Measured by \`TestTargets\` (bench/targets_test.go) with \`testing.Benchmark\`:
+Measured by `TestTargets` (bench/targets_test.go) with `testing.Benchmark`:
 each figure is the Transport minus the bare base, the median of five paired
 runs for times. Bytes and allocations are asserted by the test (and in CI);
 times are reported, since a fixed time bound would be flaky on a shared
-machine. The outage target is asserted by \`TestOutageAmplification\`
+machine. The outage target is asserted by `TestOutageAmplification`
 (section 3); the parallel and loopback targets are read from sections 1 and 2.
 
 MD
