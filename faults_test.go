@@ -214,16 +214,7 @@ func TestExactlyOnce(t *testing.T) {
 				steps = append(steps, rht.Status(200))
 			}
 			srv := rht.NewUnstartedServer(t, append(steps, rht.CommitThenDrop(), rht.Status(201))...)
-			var base http.RoundTripper
-			if tc.http2 {
-				srv.EnableHTTP2 = true
-				srv.StartTLS()
-				base = srv.Client().Transport
-			} else {
-				srv.Start()
-				base = &http.Transport{}
-			}
-			defer base.(interface{ CloseIdleConnections() }).CloseIdleConnections()
+			base := start(t, srv, tc.http2)
 			ours := 0
 			tr := &Transport{Base: base, Policy: fast, OnAttempt: func(a Attempt) {
 				if a.Request.Method == "POST" {
@@ -265,14 +256,7 @@ func TestFinalBodyReadableToTheEnd(t *testing.T) {
 	}{{"HTTP/1.1", false}, {"HTTP/2", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := rht.NewUnstartedServer(t, rht.Status(503), rht.Status(200).WithBody(big))
-			var base http.RoundTripper = &http.Transport{}
-			if tc.http2 {
-				srv.EnableHTTP2 = true
-				srv.StartTLS()
-				base = srv.Client().Transport
-			} else {
-				srv.Start()
-			}
+			base := start(t, srv, tc.http2)
 			tr := &Transport{Base: base, Policy: Policy{AttemptTimeout: 50 * time.Millisecond, Timeout: 10 * time.Second, BaseDelay: time.Millisecond}}
 			resp, err := tr.RoundTrip(mustReq(t, "GET", srv.URL))
 			if err != nil {
@@ -301,4 +285,20 @@ func TestFinalBodyReadableToTheEnd(t *testing.T) {
 			}
 		})
 	}
+}
+
+// start starts srv over HTTP/1.1, or HTTP/2 with TLS, and returns a base
+// transport that speaks to it, its idle connections closed at the end.
+func start(t *testing.T, srv *rht.Server, http2 bool) *http.Transport {
+	t.Helper()
+	base := &http.Transport{}
+	if http2 {
+		srv.EnableHTTP2 = true
+		srv.StartTLS()
+		base = srv.Client().Transport.(*http.Transport)
+	} else {
+		srv.Start()
+	}
+	t.Cleanup(base.CloseIdleConnections)
+	return base
 }

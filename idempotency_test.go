@@ -2,6 +2,7 @@ package retryhttp
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	rht "github.com/herdproof/retryhttp/retryhttptest"
 	"io"
@@ -188,36 +189,63 @@ func TestBodies(t *testing.T) {
 }
 
 func TestCallerRequestUntouched(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		base := rht.NewTransport(rht.Status(503), rht.Status(502), rht.Status(200))
-		tr := &Transport{Base: base, Policy: Policy{Timeout: time0(), AttemptTimeout: time0()}}
-		req := newReq(t, "POST", "payload")
-		req.Header.Set("Authorization", "Bearer x")
-		before := *req
-		beforeHeader := req.Header.Clone()
-		beforeURL := *req.URL
-		roundTrip(t, tr, req)
-		after := *req
-		if !reflect.DeepEqual(req.Header, beforeHeader) {
-			t.Errorf("got header %v after; want %v", req.Header, beforeHeader)
-		}
-		if *req.URL != beforeURL {
-			t.Errorf("got URL %v after; want %v", req.URL, &beforeURL)
-		}
-		if reflect.ValueOf(before.GetBody).Pointer() != reflect.ValueOf(after.GetBody).Pointer() {
-			t.Error("the caller's GetBody was replaced")
-		}
-		before.Header, after.Header = nil, nil
-		before.GetBody, after.GetBody = nil, nil
-		if !reflect.DeepEqual(before, after) {
-			t.Errorf("the caller's request changed:\n got %+v\nwant %+v", after, before)
-		}
-	})
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	tests := []struct {
+		name   string
+		method string
+		policy Policy
+		script []rht.Step
+		setup  func(*http.Request) *http.Request
+	}{
+		{"GET success", "GET", Policy{}, []rht.Step{rht.Status(200)}, nil},
+		{"GET retried", "GET", Policy{}, []rht.Step{rht.Status(503), rht.Status(200)}, nil},
+		{"POST, generated key, both timeouts", "POST", Policy{Timeout: time.Minute, AttemptTimeout: time.Second},
+			[]rht.Step{rht.Status(503), rht.Hang(), rht.Status(200)}, nil},
+		{"POST, caller's key", "POST", Policy{}, []rht.Step{rht.Status(503), rht.Status(200)},
+			func(r *http.Request) *http.Request { r.Header.Set("Idempotency-Key", "k"); return r }},
+		{"POST, non-canonical key", "POST", Policy{}, []rht.Step{rht.Status(503), rht.Status(200)},
+			func(r *http.Request) *http.Request { r.Header["idempotency-key"] = []string{"k"}; return r }},
+		{"PUT, body not replayable", "PUT", Policy{}, []rht.Step{rht.Status(503)},
+			func(r *http.Request) *http.Request { r.GetBody = nil; return r }},
+		{"cancelled context", "POST", Policy{}, nil,
+			func(r *http.Request) *http.Request { return r.WithContext(cancelled) }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tr := &Transport{Base: rht.NewTransport(tc.script...), Policy: tc.policy}
+				req := newReq(t, tc.method, "payload")
+				req.Header.Set("Authorization", "Bearer x")
+				if tc.setup != nil {
+					req = tc.setup(req)
+				}
+				before := *req
+				beforeHeader := req.Header.Clone()
+				beforeURL := *req.URL
+				if resp, err := tr.RoundTrip(req); err == nil {
+					resp.Body.Close()
+				}
+				after := *req
+				if !reflect.DeepEqual(req.Header, beforeHeader) {
+					t.Errorf("got header %v after; want %v", req.Header, beforeHeader)
+				}
+				if *req.URL != beforeURL {
+					t.Errorf("got URL %v after; want %v", req.URL, &beforeURL)
+				}
+				if reflect.ValueOf(before.GetBody).Pointer() != reflect.ValueOf(after.GetBody).Pointer() {
+					t.Error("the caller's GetBody was replaced")
+				}
+				before.Header, after.Header = nil, nil
+				before.GetBody, after.GetBody = nil, nil
+				// Body and context are compared by identity: the same values.
+				if !reflect.DeepEqual(before, after) {
+					t.Errorf("the caller's request changed:\n got %+v\nwant %+v", after, before)
+				}
+			})
+		})
+	}
 }
-
-// time0 gives the timeout fields a value so that the copies they cause are
-// exercised too.
-func time0() time.Duration { return 30 * time.Second }
 
 func TestCloneHeaderWith(t *testing.T) {
 	h := http.Header{"A": {"1", "2"}, "B": {"3"}, "User-Agent": nil}
