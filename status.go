@@ -69,8 +69,10 @@ var ErrAttemptTimeout = errors.New("retryhttp: attempt timed out")
 // scheme, an invalid header). Recognised network failures are Transient:
 // dial errors, refused, reset or aborted connections, broken pipes,
 // unreachable hosts, DNS failures other than "no such host", EOF before a
-// response, and timeouts (ErrAttemptTimeout, errors reporting Timeout(),
-// context.DeadlineExceeded). Whatever the class, the Transport never retries
+// response, HTTP/2 stream resets (INTERNAL_ERROR, REFUSED_STREAM; an
+// ENHANCE_YOUR_CALM reset is Throttling), and timeouts (ErrAttemptTimeout,
+// errors reporting Timeout(), context.DeadlineExceeded). Whatever the class,
+// the Transport never retries
 // once the request's own context has ended: that is the caller's
 // cancellation or deadline, not the attempt's.
 //
