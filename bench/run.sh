@@ -120,6 +120,7 @@ inside the run-to-run noise of loopback requests (a few percent either way on
 this machine), and its parallel contention figures in section 1 scale like
 the base's: no lock and no shared write on the success path.
 MD
+echo
 cat history.md
 } > "$out"
 echo "wrote $out" >&2
