@@ -120,6 +120,7 @@ func TestNonCanonicalKeyHeader(t *testing.T) {
 			t.Fatalf("got %d attempts; want 2", len(as))
 		}
 		for i, a := range as {
+			//lint:ignore SA1008 reading the caller's non-canonical spelling is the point
 			if got := a.Header["idempotency-key"]; len(got) != 1 || got[0] != "mine" {
 				t.Errorf("attempt %d: got %q under the caller's spelling; want [mine]", i+1, got)
 			}
@@ -205,7 +206,10 @@ func TestCallerRequestUntouched(t *testing.T) {
 		{"POST, caller's key", "POST", Policy{}, []rht.Step{rht.Status(503), rht.Status(200)},
 			func(r *http.Request) *http.Request { r.Header.Set("Idempotency-Key", "k"); return r }},
 		{"POST, non-canonical key", "POST", Policy{}, []rht.Step{rht.Status(503), rht.Status(200)},
-			func(r *http.Request) *http.Request { r.Header["idempotency-key"] = []string{"k"}; return r }},
+			func(r *http.Request) *http.Request {
+				r.Header["idempotency-key"] = []string{"k"}
+				return r
+			}},
 		{"PUT, body not replayable", "PUT", Policy{}, []rht.Step{rht.Status(503)},
 			func(r *http.Request) *http.Request { r.GetBody = nil; return r }},
 		{"cancelled context", "POST", Policy{}, nil,

@@ -175,7 +175,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			start = time.Now()
 		}
 		if p.AttemptTimeout > 0 {
-			resp, err, release = sendAttempt(base, out, p.AttemptTimeout)
+			resp, release, err = sendAttempt(base, out, p.AttemptTimeout)
 		} else {
 			resp, err = base.RoundTrip(out)
 		}
@@ -323,7 +323,7 @@ func serverDelay(p *Policy, resp *http.Response, now time.Time) (time.Duration, 
 // sendAttempt makes one attempt. With a per-attempt timeout, the attempt gets
 // its own context, cancelled if the response headers do not arrive in time;
 // release must then be called once the response body is done with.
-func sendAttempt(base http.RoundTripper, req *http.Request, timeout time.Duration) (resp *http.Response, err error, release func()) {
+func sendAttempt(base http.RoundTripper, req *http.Request, timeout time.Duration) (resp *http.Response, release func(), err error) {
 	parent := req.Context()
 	actx, acancel := context.WithCancel(parent)
 	timer := time.AfterFunc(timeout, acancel)
@@ -332,13 +332,13 @@ func sendAttempt(base http.RoundTripper, req *http.Request, timeout time.Duratio
 	// can be read for as long as the caller's context allows.
 	if !timer.Stop() && parent.Err() == nil {
 		discard(resp, acancel)
-		return nil, fmt.Errorf("%w after %v", ErrAttemptTimeout, timeout), nil
+		return nil, nil, fmt.Errorf("%w after %v", ErrAttemptTimeout, timeout)
 	}
 	if err != nil {
 		acancel()
-		return nil, err, nil
+		return nil, nil, err
 	}
-	return resp, nil, acancel
+	return resp, acancel, nil
 }
 
 // shallowCopy returns a copy of r that shares its header, URL and body.
