@@ -257,7 +257,10 @@ func TestFinalBodyReadableToTheEnd(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := rht.NewUnstartedServer(t, rht.Status(503), rht.Status(200).WithBody(big))
 			base := start(t, srv, tc.http2)
-			tr := &Transport{Base: base, Policy: Policy{AttemptTimeout: 50 * time.Millisecond, Timeout: 10 * time.Second, BaseDelay: time.Millisecond}}
+			// The attempt timeout leaves room for a TLS handshake on a busy
+			// CI machine; the body is then read for longer than it.
+			const attemptTimeout = 300 * time.Millisecond
+			tr := &Transport{Base: base, Policy: Policy{AttemptTimeout: attemptTimeout, Timeout: 30 * time.Second, BaseDelay: time.Millisecond}}
 			resp, err := tr.RoundTrip(mustReq(t, "GET", srv.URL))
 			if err != nil {
 				t.Fatal(err)
@@ -269,6 +272,7 @@ func TestFinalBodyReadableToTheEnd(t *testing.T) {
 			// Read slowly, well past the per-attempt timeout.
 			var got strings.Builder
 			buf := make([]byte, 256<<10)
+			start := time.Now()
 			for {
 				n, err := resp.Body.Read(buf)
 				got.Write(buf[:n])
@@ -278,10 +282,13 @@ func TestFinalBodyReadableToTheEnd(t *testing.T) {
 				if err != nil {
 					t.Fatalf("read %d bytes, then %v; want the whole body", got.Len(), err)
 				}
-				time.Sleep(10 * time.Millisecond)
+				time.Sleep(attemptTimeout / 4)
 			}
 			if got.String() != big {
 				t.Errorf("got %d bytes; want %d", got.Len(), len(big))
+			}
+			if took := time.Since(start); took < attemptTimeout {
+				t.Errorf("read the body in %v; the test needs longer than the %v attempt timeout", took, attemptTimeout)
 			}
 		})
 	}
