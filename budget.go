@@ -108,3 +108,11 @@ func (b *Budget) give(n int64) {
 		}
 	}
 }
+
+// retryCost is what a retry after a failure of class c takes from the bucket.
+func (c Class) retryCost() int64 {
+	if c == Throttling {
+		return ThrottleRetryCost
+	}
+	return RetryCost
+}

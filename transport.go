@@ -100,6 +100,11 @@ func (t *Transport) init() {
 // private one it made.
 func (t *Transport) BudgetInUse() *Budget {
 	t.once.Do(t.init)
+	return t.budget()
+}
+
+// budget is BudgetInUse for callers that already ran init.
+func (t *Transport) budget() *Budget {
 	if t.Budget != nil {
 		return t.Budget
 	}
@@ -159,7 +164,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
-	budget := t.BudgetInUse()
+	budget := t.budget()
 	observe := t.OnAttempt != nil || t.Logger != nil
 
 	var (
@@ -303,10 +308,7 @@ func (t *Transport) decide(ctx context.Context, n, maxAttempts int, class Class,
 	if hasDeadline && !now.Add(delay).Before(deadline) {
 		return StopDeadline, delay, src, 0
 	}
-	cost = RetryCost
-	if class == Throttling {
-		cost = ThrottleRetryCost
-	}
+	cost = class.retryCost()
 	if !budget.take(cost) {
 		return StopBudget, delay, src, 0
 	}
@@ -383,11 +385,9 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // onClose makes closing body also run the given cleanups (either may be
-// nil). Without cleanups the body is returned as it is.
+// nil). RoundTrip calls it only when there is one, so that a response with
+// nothing to clean up is returned untouched.
 func onClose(body io.ReadCloser, release func(), cancel context.CancelFunc) io.ReadCloser {
-	if release == nil && cancel == nil {
-		return body
-	}
 	if body == nil {
 		body = http.NoBody
 	}

@@ -88,13 +88,3 @@ func TestTargets(t *testing.T) {
 	}
 	report(t, rows...)
 }
-
-// twoCalls makes the two calls of the retry workload by hand: the 503, read
-// and closed, then the 200.
-type twoCalls struct{ s *stub }
-
-func (c twoCalls) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, _ := c.s.RoundTrip(req)
-	resp.Body.Close()
-	return c.s.RoundTrip(req)
-}
