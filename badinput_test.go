@@ -45,18 +45,18 @@ func TestBadServerDelays(t *testing.T) {
 		{"fraction", []string{"0.493"}, nil},
 		{"spaces around", []string{" 120 "}, map[string]want{
 			seconds: refused, // 120s > MaxDelay
-			amz:     {2, 120 * time.Millisecond, 132 * time.Millisecond, true},
-			ms:      {2, 120 * time.Millisecond, 132 * time.Millisecond, true},
+			amz:     {2, 120 * time.Millisecond, 170 * time.Millisecond, true}, // spread: BaseDelay, above 10%
+			ms:      {2, 120 * time.Millisecond, 170 * time.Millisecond, true},
 		}},
 		{"two different", []string{"3", "4"}, nil},
 		{"two equal", []string{"3", "3"}, map[string]want{
 			seconds: {2, 3 * time.Second, 3300 * time.Millisecond, true},
-			amz:     {2, 3 * time.Millisecond, 3300 * time.Microsecond, true},
-			ms:      {2, 3 * time.Millisecond, 3300 * time.Microsecond, true},
+			amz:     {2, 3 * time.Millisecond, 53 * time.Millisecond, true},
+			ms:      {2, 3 * time.Millisecond, 53 * time.Millisecond, true},
 		}},
 		{"eleven digits", []string{"99999999999"}, map[string]want{seconds: refused, amz: refused, ms: refused}},
 		{"thirty digits", []string{strings.Repeat("1234567890", 3)}, map[string]want{seconds: refused, amz: refused, ms: refused}},
-		{"past date", []string{start.Add(-time.Hour).Format(http.TimeFormat)}, map[string]want{seconds: {2, 0, 0, true}}},
+		{"past date", []string{start.Add(-time.Hour).Format(http.TimeFormat)}, map[string]want{seconds: {2, 0, 50 * time.Millisecond, true}}},
 		{"date 10 years ahead", []string{start.AddDate(10, 0, 0).Format(http.TimeFormat)}, map[string]want{seconds: refused}},
 		{"IMF-fixdate", []string{"Sat, 01 Jan 2000 00:00:05 GMT"}, map[string]want{seconds: {2, 5 * time.Second, 5500 * time.Millisecond, true}}},
 		{"RFC 850 date", []string{"Saturday, 01-Jan-00 00:00:05 GMT"}, map[string]want{seconds: {2, 5 * time.Second, 5500 * time.Millisecond, true}}},

@@ -272,16 +272,64 @@ func TestCloneHeaderWith(t *testing.T) {
 }
 
 func TestNewUUID(t *testing.T) {
-	seen := map[string]bool{}
-	for range 1000 {
-		s := newUUID()
-		u, err := uuid.Parse(s)
-		if err != nil || u.Version() != 4 || u.Variant() != uuid.RFC4122 || len(s) != 36 {
-			t.Fatalf("got %q (version %v, variant %v, err %v); want a 36-character version 4 UUID", s, u.Version(), u.Variant(), err)
+	// Eight goroutines share one source, across many batch refills: every
+	// key is a well-formed version 4 UUID, and none repeats.
+	var (
+		src  keySource
+		mu   sync.Mutex
+		seen = map[string]bool{}
+		wg   sync.WaitGroup
+	)
+	const perGoroutine = 40 * keysPerBatch
+	for range 8 {
+		wg.Go(func() {
+			keys := make([]string, 0, perGoroutine)
+			for range perGoroutine {
+				keys = append(keys, src.newUUID())
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, s := range keys {
+				u, err := uuid.Parse(s)
+				if err != nil || u.Version() != 4 || u.Variant() != uuid.RFC4122 || len(s) != 36 {
+					t.Errorf("got %q (version %v, variant %v, err %v); want a 36-character version 4 UUID", s, u.Version(), u.Variant(), err)
+					return
+				}
+				if seen[s] {
+					t.Errorf("got %q twice", s)
+					return
+				}
+				seen[s] = true
+			}
+		})
+	}
+	wg.Wait()
+	if got, want := len(seen), 8*perGoroutine; got != want {
+		t.Errorf("got %d distinct keys; want %d", got, want)
+	}
+}
+
+func TestNewUUIDBitsAreRandom(t *testing.T) {
+	// Each of the 122 random bits is set in about half of 4,096 keys; a
+	// batch reused or left zeroed would pin bits to 0 or repeat keys.
+	var src keySource
+	const n = 4096
+	var ones [128]int
+	for range n {
+		u := uuid.MustParse(src.newUUID())
+		for i := range 128 {
+			if u[i/8]&(0x80>>(i%8)) != 0 {
+				ones[i]++
+			}
 		}
-		if seen[s] {
-			t.Fatalf("got %q twice", s)
+	}
+	fixed := map[int]bool{48: true, 49: true, 50: true, 51: true, 64: true, 65: true} // version and variant
+	for i, c := range ones {
+		if fixed[i] {
+			continue
 		}
-		seen[s] = true
+		if c < n*2/5 || c > n*3/5 {
+			t.Errorf("bit %d: set in %d of %d keys; want about half", i, c, n)
+		}
 	}
 }

@@ -183,6 +183,20 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
+// Timeout reports whether the request failed because time ran out: the
+// caller's deadline, Policy.Timeout, or an attempt that timed out
+// (ErrAttemptTimeout or a network timeout) and was not followed by a success.
+// It makes *Error a net.Error, so that (*url.Error).Timeout, which
+// http.Client's errors answer with, stays true where the base transport's
+// would be, as net/http documents.
+func (e *Error) Timeout() bool {
+	return errors.Is(e.Err, ErrAttemptTimeout) || anyTimeout(e.Err)
+}
+
+// Temporary reports the same as Timeout. It exists to complete net.Error,
+// whose Temporary method is deprecated.
+func (e *Error) Temporary() bool { return e.Timeout() }
+
 func plural(n int, s string) string {
 	if n == 1 {
 		return "1 " + s

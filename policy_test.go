@@ -96,7 +96,7 @@ func TestPolicyDefaults(t *testing.T) {
 	if got := p.idempotencyHeader(); got != "Idempotency-Key" {
 		t.Errorf("IdempotencyHeader: got %q; want Idempotency-Key", got)
 	}
-	if got := len(p.newKey()); got != 36 {
+	if got := len((&Transport{}).newKey()); got != 36 {
 		t.Errorf("key length: got %d; want 36", got)
 	}
 }

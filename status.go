@@ -69,12 +69,17 @@ var ErrAttemptTimeout = errors.New("retryhttp: attempt timed out")
 // scheme, an invalid header). Recognised network failures are Transient:
 // dial errors, refused, reset or aborted connections, broken pipes,
 // unreachable hosts, DNS failures other than "no such host", EOF before a
-// response, HTTP/2 stream resets (INTERNAL_ERROR, REFUSED_STREAM; an
-// ENHANCE_YOUR_CALM reset is Throttling), and timeouts (ErrAttemptTimeout,
-// errors reporting Timeout(), context.DeadlineExceeded). Whatever the class,
-// the Transport never retries
-// once the request's own context has ended: that is the caller's
-// cancellation or deadline, not the attempt's.
+// response, a connection closed under the request (net.ErrClosed, net/http's
+// "server closed idle connection" keep-alive race, an HTTP/2 GOAWAY followed
+// by a close, an HTTP/2 connection lost to an unanswered health-check ping),
+// HTTP/2 stream resets (INTERNAL_ERROR, REFUSED_STREAM; an ENHANCE_YOUR_CALM
+// reset is Throttling), and timeouts (ErrAttemptTimeout,
+// context.DeadlineExceeded, and any error in the chain whose Timeout method
+// reports true, as os.IsTimeout reads them). A forward proxy's refusal of a
+// CONNECT tunnel (a *ProxyConnectError) is classified by its status as a
+// response would be. Whatever the class, the Transport never retries once
+// the request's own context has ended: that is the caller's cancellation or
+// deadline, not the attempt's.
 //
 // To retry more, wrap it:
 //
@@ -91,16 +96,7 @@ func DefaultClassify(resp *http.Response, err error) Class {
 	if resp == nil {
 		return Permanent
 	}
-	switch resp.StatusCode {
-	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		return Transient
-	case http.StatusTooManyRequests:
-		return Throttling
-	}
-	if resp.StatusCode >= 400 {
-		return Permanent
-	}
-	return Success
+	return statusClass(resp.StatusCode)
 }
 
 func classifyError(err error) Class {
@@ -135,6 +131,10 @@ func classifyError(err error) Class {
 		}
 		return Transient
 	}
+	var proxyErr *ProxyConnectError
+	if errors.As(err, &proxyErr) {
+		return statusClass(proxyErr.StatusCode)
+	}
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED),
 		errors.Is(err, syscall.ECONNRESET),
@@ -147,10 +147,6 @@ func classifyError(err error) Class {
 		errors.Is(err, io.ErrUnexpectedEOF):
 		return Transient
 	}
-	var opErr *net.OpError
-	if errors.As(err, &opErr) && opErr.Op == "dial" {
-		return Transient
-	}
 	if code, ok := http2StreamErrorCode(err); ok {
 		switch code {
 		case 0x2, 0x7: // INTERNAL_ERROR, REFUSED_STREAM: the stream's reset
@@ -160,18 +156,51 @@ func classifyError(err error) Class {
 		}
 		return Permanent
 	}
-	var netErr net.Error
-	if errors.As(err, &netErr) && netErr.Timeout() {
+	if opError(err, "dial") != nil || opError(err, "proxyconnect") != nil ||
+		classifyConnFailure(err) != notConnFailure || anyTimeout(err) {
 		return Transient
 	}
 	return Permanent
 }
 
+// statusClass is DefaultClassify's reading of a status code.
+func statusClass(code int) Class {
+	switch code {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return Transient
+	case http.StatusTooManyRequests:
+		return Throttling
+	}
+	if code >= 400 {
+		return Permanent
+	}
+	return Success
+}
+
 // neverSent reports whether err proves that the request did not reach the
-// server: the connection for it was never made.
+// server: the connection for it was never made (a dial error, also under an
+// HTTP proxy's "proxyconnect" error, whose inner error the outermost
+// *net.OpError hides), a forward proxy refused the tunnel to it, or an
+// HTTP/2 server refused its stream in a graceful-shutdown GOAWAY.
 func neverSent(err error) bool {
-	var opErr *net.OpError
-	return errors.As(err, &opErr) && opErr.Op == "dial"
+	var proxyErr *ProxyConnectError
+	return opError(err, "dial") != nil || opError(err, "proxyconnect") != nil ||
+		errors.As(err, &proxyErr) || classifyConnFailure(err) == connUnused
+}
+
+// opError returns the first *net.OpError in err's chain whose Op is op. Unlike
+// errors.As, it looks past an OpError of another Op (a "proxyconnect" error
+// wraps the "dial" error of the proxy).
+func opError(err error, op string) *net.OpError {
+	var found *net.OpError
+	walkChain(err, func(e error) bool {
+		if oe, ok := e.(*net.OpError); ok && oe.Op == op {
+			found = oe
+			return true
+		}
+		return false
+	})
+	return found
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
@@ -181,31 +210,20 @@ func itoa(i int) string { return strconv.Itoa(i) }
 // reset with an unexported type, and golang.org/x/net/http2 with its own
 // StreamError; neither can be named here for errors.As, so the chain is
 // walked and the type identified by its package and name, never its text.
-func http2StreamErrorCode(err error) (uint32, bool) {
-	for err != nil {
-		v := reflect.ValueOf(err)
+func http2StreamErrorCode(err error) (code uint32, ok bool) {
+	walkChain(err, func(e error) bool {
+		v := reflect.ValueOf(e)
 		if t := v.Type(); t.Kind() == reflect.Struct &&
 			(t.PkgPath() == "net/http" && t.Name() == "http2StreamError" ||
 				t.PkgPath() == "golang.org/x/net/http2" && t.Name() == "StreamError") {
 			if f := v.FieldByName("Code"); f.IsValid() && f.CanUint() {
-				return uint32(f.Uint()), true
+				code, ok = uint32(f.Uint()), true
+				return true
 			}
 		}
-		switch u := err.(type) {
-		case interface{ Unwrap() error }:
-			err = u.Unwrap()
-		case interface{ Unwrap() []error }:
-			for _, e := range u.Unwrap() {
-				if code, ok := http2StreamErrorCode(e); ok {
-					return code, true
-				}
-			}
-			return 0, false
-		default:
-			return 0, false
-		}
-	}
-	return 0, false
+		return false
+	})
+	return code, ok
 }
 
 // PeekBody returns up to n bytes from the start of resp's body and puts them

@@ -36,6 +36,10 @@ var errNoResponse = errors.New("retryhttp: base RoundTripper returned neither a 
 // connection but never unbounded reading.
 const drainLimit = 64 << 10
 
+// drainTimeout bounds how long draining a discarded body may take: a body
+// that stalls is closed, and the retry goes on.
+const drainTimeout = 100 * time.Millisecond
+
 // Transport is an http.RoundTripper that retries failed attempts through its
 // Base according to its Policy, paying for retries from its Budget.
 //
@@ -56,7 +60,8 @@ const drainLimit = 64 << 10
 type Transport struct {
 	// Base makes each attempt. Nil means a pooled transport from
 	// go-cleanhttp, made on first use and private to this Transport (never
-	// http.DefaultTransport, whose settings any package may change).
+	// http.DefaultTransport, whose settings any package may change), with
+	// CheckProxyConnect as its OnProxyConnectResponse.
 	Base http.RoundTripper
 
 	// Policy decides which attempts are made and when. The zero Policy is
@@ -85,11 +90,14 @@ type Transport struct {
 	once          sync.Once
 	defaultBase   http.RoundTripper
 	defaultBudget *Budget
+	keys          keySource
 }
 
 func (t *Transport) init() {
 	if t.Base == nil {
-		t.defaultBase = cleanhttp.DefaultPooledTransport()
+		base := cleanhttp.DefaultPooledTransport()
+		base.OnProxyConnectResponse = CheckProxyConnect
+		t.defaultBase = base
 	}
 	if t.Budget == nil {
 		t.defaultBudget = NewBudget(DefaultBudgetTokens)
@@ -136,8 +144,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	p := &t.Policy
 	maxAttempts := p.maxAttempts()
 	ctx := req.Context()
+	report := reportFrom(ctx)
 	if err := ctx.Err(); err != nil {
 		closeBody(req.Body)
+		report.finish(StopCanceled)
 		return nil, &Error{Attempts: 0, Decision: StopCanceled, Err: err}
 	}
 
@@ -159,39 +169,46 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if out == req {
 				out = shallowCopy(req)
 			}
-			out.Header = cloneHeaderWith(req.Header, name, p.newKey())
+			out.Header = cloneHeaderWith(req.Header, name, t.newKey())
 			safe = true
 		}
 	}
 	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
 	budget := t.budget()
-	observe := t.OnAttempt != nil || t.Logger != nil
+	observe := t.OnAttempt != nil || t.Logger != nil || report != nil
 
 	var (
 		prevDelay time.Duration
-		lastCost  int64
+		lastCost  int64 // the tokens the retry now being made took
 		start     time.Time
 		resp      *http.Response
 		err       error
 		release   func()
+		next      *http.Request
+		unpaid    int64 // tokens taken for a retry not sent yet
 	)
+	// A Classify, OnAttempt or Logger that panics must not leave a body
+	// open, a Timeout running or a retry's tokens spent: clean up, then let
+	// the panic go on.
+	defer func() {
+		if r := recover(); r != nil {
+			t.abandon(resp, release, cancel, next, out, unpaid)
+			panic(r)
+		}
+	}()
 	for n := 1; ; n++ {
 		if observe {
 			start = time.Now()
 		}
-		if p.AttemptTimeout > 0 {
-			resp, release, err = sendAttempt(base, out, p.AttemptTimeout)
-		} else {
-			resp, err = base.RoundTrip(out)
-		}
-		class := p.classify(resp, err)
+		var class Class
+		resp, release, err, class = t.attempt(base, out)
 
 		decision := Done
 		var (
 			delay time.Duration
 			src   DelaySource
-			next  *http.Request
 		)
+		next = nil
 		switch {
 		case err != nil && ctx.Err() != nil:
 			// The caller's context ended (or Policy.Timeout passed) during
@@ -200,20 +217,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		case class.retryable():
 			decision, delay, src, lastCost = t.decide(ctx, n, maxAttempts, class, resp, err, safe, replayable, prevDelay, budget)
 			if decision == Retry {
-				// A request without a body is sent again as it is: nothing
-				// in it changes, and the base is done with it once the
-				// response is closed. One with a body gets a copy with a
-				// fresh body from GetBody.
-				next = out
-				if req.GetBody != nil && req.Body != nil && req.Body != http.NoBody {
-					body, gerr := req.GetBody()
-					if gerr != nil {
-						budget.give(lastCost)
-						decision, next = StopNotReplayable, nil
-					} else {
-						next = shallowCopy(out)
-						next.Body = body
-					}
+				unpaid = lastCost
+				if next = nextRequest(req, out); next == nil {
+					budget.give(unpaid)
+					unpaid, decision = 0, StopNotReplayable
 				}
 			}
 		case class == Success && n == 1:
@@ -223,20 +230,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 
 		if observe {
-			a := Attempt{Request: out, Number: n, Err: err, Class: class, Decision: decision,
-				Delay: delay, DelaySource: src, Tokens: budget.Available(), Duration: time.Since(start)}
-			if resp != nil {
-				a.Status = resp.StatusCode
-			}
-			if t.OnAttempt != nil {
-				t.OnAttempt(a)
-			}
-			if t.Logger != nil && (class.retryable() || n > 1) {
-				t.log(ctx, a)
-			}
+			t.observe(ctx, report, Attempt{Request: out, Number: n, Err: err, Class: class, Decision: decision,
+				Delay: delay, DelaySource: src, Tokens: budget.Available(), Duration: time.Since(start)}, resp)
 		}
 
 		if decision != Retry {
+			report.finish(decision)
 			if resp != nil {
 				if release != nil || cancel != nil {
 					resp.Body = onClose(resp.Body, release, cancel)
@@ -246,29 +245,132 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if cancel != nil {
 				cancel()
 			}
-			if err == nil { // a base that broke the contract: neither
-				err = errNoResponse
-			}
 			return nil, &Error{Attempts: n, Decision: decision, Err: err}
 		}
 
-		discard(resp, release)
-		if werr := sleep(ctx, delay); werr != nil {
+		wait := delay
+		if drained := discard(resp, release, delay > 0); delay > 0 {
+			wait -= time.Since(drained) // the drain is part of the wait
+		}
+		resp, release = nil, nil
+		if werr := sleep(ctx, wait); werr != nil {
+			// The retry is not made: its tokens go back.
+			budget.give(unpaid)
+			unpaid = 0
 			if next != out {
 				closeBody(next.Body)
 			}
 			if cancel != nil {
 				cancel()
 			}
+			report.finish(StopCanceled)
 			cause := werr
 			if err != nil {
 				cause = fmt.Errorf("%w; last attempt: %w", werr, err)
 			}
 			return nil, &Error{Attempts: n, Decision: StopCanceled, Err: cause}
 		}
+		report.waited(delay)
 		prevDelay = delay
-		out = next
+		out, next, unpaid = next, nil, 0
 	}
+}
+
+// attempt makes one attempt through base and classifies its outcome. It
+// returns a response with a nil error, or an error with no response: a base
+// that returns both has its response closed, and one that returns neither
+// is reported as an error. With Policy.AttemptTimeout, the attempt has its
+// own deadline, which covers the classification too (a Classify that peeks
+// into a body that never comes is cut off with the attempt); release must
+// then be called once the response is done with.
+func (t *Transport) attempt(base http.RoundTripper, req *http.Request) (resp *http.Response, release func(), err error, class Class) {
+	p := &t.Policy
+	if p.AttemptTimeout <= 0 {
+		resp, err = roundTripOnce(base, req)
+		return resp, nil, err, p.classify(resp, err)
+	}
+	parent := req.Context()
+	actx, acancel := context.WithCancel(parent)
+	timer := time.AfterFunc(p.AttemptTimeout, acancel)
+	resp, err = roundTripOnce(base, req.WithContext(actx))
+	class = p.classify(resp, err)
+	// The timer stops once the outcome is known, so the body that is
+	// returned can be read for as long as the caller's context allows.
+	if !timer.Stop() && parent.Err() == nil {
+		discard(resp, acancel, false)
+		err = fmt.Errorf("%w after %v", ErrAttemptTimeout, p.AttemptTimeout)
+		return nil, nil, err, p.classify(nil, err)
+	}
+	if err != nil {
+		acancel()
+		return nil, nil, err, class
+	}
+	return resp, acancel, nil, class
+}
+
+// roundTripOnce calls base and repairs the two ways a base can break the
+// RoundTripper contract: a response together with an error (the response is
+// closed and the error stands), and neither.
+func roundTripOnce(base http.RoundTripper, req *http.Request) (*http.Response, error) {
+	resp, err := base.RoundTrip(req)
+	switch {
+	case resp != nil && err != nil:
+		closeBody(resp.Body)
+		return nil, err
+	case resp == nil && err == nil:
+		return nil, errNoResponse
+	}
+	return resp, err
+}
+
+// nextRequest returns the request of the retry that follows out, or nil when
+// its body cannot be had again. A request without a body is sent again as it
+// is: nothing in it changes, and the base is done with it once the response
+// is closed. One with a body gets a copy with a fresh body from GetBody.
+func nextRequest(req, out *http.Request) *http.Request {
+	if req.GetBody == nil || req.Body == nil || req.Body == http.NoBody {
+		return out
+	}
+	body, err := req.GetBody()
+	if err != nil {
+		return nil
+	}
+	next := shallowCopy(out)
+	next.Body = body
+	return next
+}
+
+// observe passes a to the hook, the log and the request's Report.
+func (t *Transport) observe(ctx context.Context, report *Report, a Attempt, resp *http.Response) {
+	if resp != nil {
+		a.Status = resp.StatusCode
+	}
+	report.add(a)
+	if t.OnAttempt != nil {
+		t.OnAttempt(a)
+	}
+	if t.Logger != nil && (a.Class.retryable() || a.Number > 1) {
+		t.log(ctx, a)
+	}
+}
+
+// abandon releases what a RoundTrip holds when a hook panics: the response
+// and its attempt, the Timeout, the next attempt's body and the tokens of a
+// retry that will not be made.
+func (t *Transport) abandon(resp *http.Response, release func(), cancel context.CancelFunc, next, out *http.Request, unpaid int64) {
+	if resp != nil {
+		closeBody(resp.Body)
+	}
+	if release != nil {
+		release()
+	}
+	if cancel != nil {
+		cancel()
+	}
+	if next != nil && next != out {
+		closeBody(next.Body)
+	}
+	t.budget().give(unpaid)
 }
 
 // decide chooses what follows a retryable outcome, and takes the retry's cost
@@ -297,8 +399,10 @@ func (t *Transport) decide(ctx context.Context, n, maxAttempts int, class Class,
 	if sd, ok := serverDelay(p, resp, now); ok {
 		src = FromServer
 		// Up to 10% more than asked, so clients told the same number do not
-		// all come back in the same instant; never less than asked.
-		delay = sd + uniform(rnd, sd/10)
+		// all come back in the same instant; never less than asked. The
+		// spread is at least BaseDelay, so that "Retry-After: 0" sent to a
+		// crowd does not bring it back in one instant either.
+		delay = sd + uniform(rnd, max(sd/10, p.baseDelay(Transient)))
 		if sd > p.maxServerDelay() || delay < sd { // delay < sd: overflow
 			return StopServerDelay, sd, src, 0
 		}
@@ -322,27 +426,6 @@ func serverDelay(p *Policy, resp *http.Response, now time.Time) (time.Duration, 
 	return ParseRetryAfter(resp.Header, now)
 }
 
-// sendAttempt makes one attempt. With a per-attempt timeout, the attempt gets
-// its own context, cancelled if the response headers do not arrive in time;
-// release must then be called once the response body is done with.
-func sendAttempt(base http.RoundTripper, req *http.Request, timeout time.Duration) (resp *http.Response, release func(), err error) {
-	parent := req.Context()
-	actx, acancel := context.WithCancel(parent)
-	timer := time.AfterFunc(timeout, acancel)
-	resp, err = base.RoundTrip(req.WithContext(actx))
-	// The timer stops at the response headers, so the body that is returned
-	// can be read for as long as the caller's context allows.
-	if !timer.Stop() && parent.Err() == nil {
-		discard(resp, acancel)
-		return nil, nil, fmt.Errorf("%w after %v", ErrAttemptTimeout, timeout)
-	}
-	if err != nil {
-		acancel()
-		return nil, nil, err
-	}
-	return resp, acancel, nil
-}
-
 // shallowCopy returns a copy of r that shares its header, URL and body.
 func shallowCopy(r *http.Request) *http.Request {
 	r2 := new(http.Request)
@@ -356,16 +439,30 @@ func closeBody(b io.ReadCloser) {
 	}
 }
 
-// discard drains a response that will not be returned, up to drainLimit so
-// its connection can be reused, closes it and releases its attempt.
-func discard(resp *http.Response, release func()) {
-	if resp != nil && resp.Body != nil {
-		io.CopyN(io.Discard, resp.Body, drainLimit)
-		resp.Body.Close()
+// discard drains a response that will not be returned, so that its
+// connection can be reused, closes it and releases its attempt. The drain is
+// bounded in bytes (drainLimit) and in time (drainTimeout): a body that is
+// longer, or slower, is closed unread, which costs a new connection but never
+// the request's time. When clock is set, it returns the time the drain
+// started, so that the wait that follows can count the drain as part of it.
+func discard(resp *http.Response, release func(), clock bool) (started time.Time) {
+	if clock {
+		started = time.Now()
+	}
+	if resp != nil && resp.Body != nil && resp.Body != http.NoBody {
+		body := resp.Body
+		// Closing a body ends a read blocked in it (net/http's bodies,
+		// HTTP/1 and HTTP/2, allow that from another goroutine).
+		timer := time.AfterFunc(drainTimeout, func() { body.Close() })
+		io.CopyN(io.Discard, body, drainLimit)
+		if timer.Stop() {
+			body.Close()
+		}
 	}
 	if release != nil {
 		release()
 	}
+	return started
 }
 
 // sleep waits for d or until ctx ends, and returns ctx's error in that case.

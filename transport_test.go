@@ -455,9 +455,11 @@ func TestServerRequestedDelay(t *testing.T) {
 		{"x-amz-retry-after milliseconds", func() rht.Step { return rht.Status(503).WithHeader("x-amz-retry-after", "1500") }, Policy{},
 			2, 1500 * time.Millisecond, 1650 * time.Millisecond, Done, FromServer},
 		{"retry-after-ms", func() rht.Step { return rht.Status(429).WithHeader("retry-after-ms", "250") }, Policy{},
-			2, 250 * time.Millisecond, 275 * time.Millisecond, Done, FromServer},
-		{"past date: no wait", func() rht.Step { return rht.Status(503).WithHeader("Retry-After", date(-time.Hour)) }, Policy{},
-			2, 0, 0, Done, FromServer},
+			2, 250 * time.Millisecond, 300 * time.Millisecond, Done, FromServer}, // spread: BaseDelay, above 10%
+		{"past date: spread over BaseDelay", func() rht.Step { return rht.Status(503).WithHeader("Retry-After", date(-time.Hour)) }, Policy{},
+			2, 0, 50 * time.Millisecond, Done, FromServer},
+		{"Retry-After 0: spread over BaseDelay", func() rht.Step { return rht.Status(503).WithHeader("Retry-After", "0") }, Policy{},
+			2, 0, 50 * time.Millisecond, Done, FromServer},
 		{"invalid value: backoff", func() rht.Step { return rht.Status(503).WithHeader("Retry-After", "soon") }, Policy{},
 			2, 0, 50 * time.Millisecond, Done, FromBackoff},
 		{"longer than MaxDelay: returned at once", func() rht.Step { return rht.Status(429).WithHeader("Retry-After", "30") }, Policy{},
@@ -472,7 +474,8 @@ func TestServerRequestedDelay(t *testing.T) {
 	for _, tc := range tests {
 		// Each case runs at both ends of the random spread, so the waits
 		// are exact: lowRand gives the requested delay, highRand that plus
-		// 10% (or the backoff ceiling, where backoff applies).
+		// 10% or BaseDelay, whichever is more (or the backoff ceiling,
+		// where backoff applies).
 		for _, end := range []struct {
 			name string
 			rnd  func(int64) int64

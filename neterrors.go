@@ -1,0 +1,128 @@
+package retryhttp
+
+import (
+	"net"
+	"reflect"
+)
+
+// This file is the one place where the Transport recognises net/http's
+// connection failures that net/http reports without an exported type or
+// sentinel. Each is identified by its type's package and name where it has a
+// type of its own, and by its exact text only where net/http offers nothing
+// else. Every entry has a test that provokes the real error from net/http
+// (neterrors_test.go), so a Go release that renames a type or rewords a
+// message fails those tests instead of silently turning a retryable failure
+// into a permanent one.
+
+// connFailure says what a recognised connection failure proves.
+type connFailure uint8
+
+const (
+	notConnFailure connFailure = iota
+	// connLost: the connection broke while the request was in flight; the
+	// server may or may not have processed it.
+	connLost
+	// connUnused: the request was refused before the server processed it.
+	connUnused
+)
+
+// netHTTPMessages are net/http errors made with errors.New, by exact text.
+var netHTTPMessages = map[string]connFailure{
+	// The keep-alive race: the server closed an idle connection just as
+	// it was taken for this request (transport.go, errServerClosedIdle).
+	// net/http replays it by itself only for GET, HEAD, OPTIONS, TRACE and
+	// requests carrying Idempotency-Key or X-Idempotency-Key; the rest
+	// reach us. The request may have been written before the close was
+	// seen, so it is not proof that nothing was processed.
+	"http: server closed idle connection": connLost,
+	// An HTTP/2 connection whose health-check ping went unanswered
+	// (HTTP2Config.SendPingTimeout and PingTimeout) is closed under its
+	// streams (h2_bundle.go, closeForLostPing).
+	"http2: client connection lost": connLost,
+	// A stream above the LastStreamID of a graceful-shutdown GOAWAY: the
+	// server promises (RFC 9113 §6.8) it did not process it. net/http
+	// retries it by itself when it can rewind the body; when it cannot, it
+	// reaches us unwrapped or quoted in the next message's text.
+	"http2: Transport received Server's graceful shutdown GOAWAY": connUnused,
+}
+
+// classifyConnFailure reports whether err's chain holds one of net/http's
+// untyped connection failures, or a connection closed under the request
+// (net.ErrClosed), and what it proves.
+func classifyConnFailure(err error) connFailure {
+	found := notConnFailure
+	walkChain(err, func(e error) bool {
+		if f, ok := netHTTPMessages[e.Error()]; ok {
+			found = f
+			return true
+		}
+		if isGoAwayError(e) {
+			found = connLost
+			return true
+		}
+		if e == net.ErrClosed {
+			// "use of closed network connection": the connection was closed
+			// under the attempt (a pool, an idle timeout, a teardown racing
+			// the request). A new connection may well succeed; the AWS SDKs
+			// retry it too (aws-sdk-go-v2 issue 2737).
+			found = connLost
+			return true
+		}
+		return false
+	})
+	return found
+}
+
+// isGoAwayError reports whether e is an HTTP/2 GoAwayError: the server sent
+// GOAWAY and closed the connection with this request's stream still open.
+// The stream's ID was at most the GOAWAY's LastStreamID (streams above it are
+// refused earlier, with the message above), so the server may have processed
+// it. net/http's type is unexported and golang.org/x/net/http2's cannot be
+// imported here, so the type is identified by package and name.
+func isGoAwayError(e error) bool {
+	t := reflect.TypeOf(e)
+	if t == nil {
+		return false
+	}
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t.Kind() == reflect.Struct &&
+		(t.PkgPath() == "net/http" && t.Name() == "http2GoAwayError" ||
+			t.PkgPath() == "golang.org/x/net/http2" && t.Name() == "GoAwayError")
+}
+
+// walkChain calls f on err and every error it wraps, depth first, until f
+// returns true; it reports whether f did.
+func walkChain(err error, f func(error) bool) bool {
+	for err != nil {
+		if f(err) {
+			return true
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if walkChain(e, f) {
+					return true
+				}
+			}
+			return false
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// anyTimeout reports whether any error in err's chain reports Timeout() true,
+// as os.IsTimeout reads a single error. errors.As would stop at the first
+// error with the method, which may wrap the real timeout without saying so
+// (a *net.OpError around a wrapped deadline).
+func anyTimeout(err error) bool {
+	return walkChain(err, func(e error) bool {
+		t, ok := e.(interface{ Timeout() bool })
+		return ok && t.Timeout()
+	})
+}
