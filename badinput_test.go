@@ -44,7 +44,7 @@ func TestBadServerDelays(t *testing.T) {
 		{"Go duration", []string{"1m0s"}, nil},
 		{"fraction", []string{"0.493"}, nil},
 		{"spaces around", []string{" 120 "}, map[string]want{
-			seconds: refused, // 120s > MaxDelay
+			seconds: refused,                                                   // 120s > MaxDelay
 			amz:     {2, 120 * time.Millisecond, 170 * time.Millisecond, true}, // spread: BaseDelay, above 10%
 			ms:      {2, 120 * time.Millisecond, 170 * time.Millisecond, true},
 		}},
