@@ -294,18 +294,3 @@ func TestFinalBodyReadableToTheEnd(t *testing.T) {
 	}
 }
 
-// start starts srv over HTTP/1.1, or HTTP/2 with TLS, and returns a base
-// transport that speaks to it, its idle connections closed at the end.
-func start(t *testing.T, srv *rht.Server, http2 bool) *http.Transport {
-	t.Helper()
-	base := &http.Transport{}
-	if http2 {
-		srv.EnableHTTP2 = true
-		srv.StartTLS()
-		base = srv.Client().Transport.(*http.Transport)
-	} else {
-		srv.Start()
-	}
-	t.Cleanup(base.CloseIdleConnections)
-	return base
-}

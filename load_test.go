@@ -200,6 +200,4 @@ func TestSustainedOutage(t *testing.T) {
 	})
 }
 
-type roundTripperFunc func(*http.Request) (*http.Response, error)
 
-func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -20,11 +20,18 @@ type connFailure uint8
 const (
 	notConnFailure connFailure = iota
 	// connLost: the connection broke while the request was in flight; the
-	// server may or may not have processed it.
+	// server may or may not have processed it, so a write without a key is
+	// not retried after it.
 	connLost
-	// connUnused: the request was refused before the server processed it.
-	connUnused
 )
+
+// A stream above the LastStreamID of an HTTP/2 graceful-shutdown GOAWAY was
+// provably not processed (RFC 9113 §6.8). net/http replays such a stream
+// itself on a new connection whenever it can rewind the body, keyless writes
+// included; when it cannot (no GetBody), neither can the Transport. What
+// reaches the Transport after a GOAWAY is therefore the GoAwayError of a
+// stream at or below LastStreamID, which the server may have processed:
+// retried for idempotent and keyed requests, not for keyless writes.
 
 // netHTTPMessages are net/http errors made with errors.New, by exact text.
 var netHTTPMessages = map[string]connFailure{
@@ -39,16 +46,11 @@ var netHTTPMessages = map[string]connFailure{
 	// (HTTP2Config.SendPingTimeout and PingTimeout) is closed under its
 	// streams (h2_bundle.go, closeForLostPing).
 	"http2: client connection lost": connLost,
-	// A stream above the LastStreamID of a graceful-shutdown GOAWAY: the
-	// server promises (RFC 9113 §6.8) it did not process it. net/http
-	// retries it by itself when it can rewind the body; when it cannot, it
-	// reaches us unwrapped or quoted in the next message's text.
-	"http2: Transport received Server's graceful shutdown GOAWAY": connUnused,
 }
 
 // classifyConnFailure reports whether err's chain holds one of net/http's
 // untyped connection failures, or a connection closed under the request
-// (net.ErrClosed), and what it proves.
+// (net.ErrClosed).
 func classifyConnFailure(err error) connFailure {
 	found := notConnFailure
 	walkChain(err, func(e error) bool {
@@ -75,9 +77,7 @@ func classifyConnFailure(err error) connFailure {
 
 // isGoAwayError reports whether e is an HTTP/2 GoAwayError: the server sent
 // GOAWAY and closed the connection with this request's stream still open.
-// The stream's ID was at most the GOAWAY's LastStreamID (streams above it are
-// refused earlier, with the message above), so the server may have processed
-// it. net/http's type is unexported and golang.org/x/net/http2's cannot be
+// net/http's type is unexported and golang.org/x/net/http2's cannot be
 // imported here, so the type is identified by package and name.
 func isGoAwayError(e error) bool {
 	t := reflect.TypeOf(e)

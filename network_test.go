@@ -20,7 +20,6 @@ import (
 // These tests use real loopback connections and so real time; their waits
 // are kept to milliseconds.
 
-var fast = Policy{BaseDelay: time.Millisecond, ThrottleBaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond}
 
 func TestZeroTransportInHTTPClient(t *testing.T) {
 	srv := rht.NewServer(t, rht.Status(503), rht.Status(503), rht.Status(200).WithBody("hello"))
@@ -206,23 +205,4 @@ func TestClassifyRealErrors(t *testing.T) {
 	})
 }
 
-func mustReq(t *testing.T, method, url string) *http.Request {
-	t.Helper()
-	var body io.Reader
-	if method == "POST" {
-		body = strings.NewReader("{}")
-	}
-	req, err := http.NewRequest(method, url, body)
-	require.NoError(t, err)
-	return req
-}
 
-// closedURL returns the URL of a loopback port nothing listens on.
-func closedURL(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	l.Close()
-	return "http://" + addr + "/"
-}

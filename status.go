@@ -180,12 +180,10 @@ func statusClass(code int) Class {
 // neverSent reports whether err proves that the request did not reach the
 // server: the connection for it was never made (a dial error, also under an
 // HTTP proxy's "proxyconnect" error, whose inner error the outermost
-// *net.OpError hides), a forward proxy refused the tunnel to it, or an
-// HTTP/2 server refused its stream in a graceful-shutdown GOAWAY.
+// *net.OpError hides), or a forward proxy refused the tunnel to it.
 func neverSent(err error) bool {
 	var proxyErr *ProxyConnectError
-	return opError(err, "dial") != nil || opError(err, "proxyconnect") != nil ||
-		errors.As(err, &proxyErr) || classifyConnFailure(err) == connUnused
+	return opError(err, "dial") != nil || opError(err, "proxyconnect") != nil || errors.As(err, &proxyErr)
 }
 
 // opError returns the first *net.OpError in err's chain whose Op is op. Unlike

@@ -17,48 +17,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Rand sources that pin the jitter to the ends of its window.
-func highRand(n int64) int64 { return n - 1 }
-func lowRand(int64) int64    { return 0 }
 
-func newReq(t *testing.T, method, body string) *http.Request {
-	t.Helper()
-	var r io.Reader
-	if body != "" {
-		r = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, "http://example.test/path?token=secret", r)
-	require.NoError(t, err)
-	return req
-}
 
-// roundTrip runs req through tr and reads and closes the response body.
-func roundTrip(t *testing.T, tr *Transport, req *http.Request) (int, string, error) {
-	t.Helper()
-	resp, err := tr.RoundTrip(req)
-	if err != nil {
-		if resp != nil {
-			t.Fatalf("RoundTrip returned a response and an error (%v)", err)
-		}
-		return 0, "", err
-	}
-	if resp == nil {
-		t.Fatal("RoundTrip returned neither a response nor an error")
-	}
-	b, rerr := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if rerr != nil {
-		t.Fatalf("reading the final body: %v", rerr)
-	}
-	return resp.StatusCode, string(b), nil
-}
 
-var errReset = &wrappedErr{syscall.ECONNRESET}
 
-type wrappedErr struct{ err error }
 
-func (e *wrappedErr) Error() string { return "read tcp: " + e.err.Error() }
-func (e *wrappedErr) Unwrap() error { return e.err }
 
 func TestRetryableOutcomesAreRetried(t *testing.T) {
 	tests := []struct {

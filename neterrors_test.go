@@ -1,0 +1,244 @@
+package retryhttp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	rht "github.com/herdproof/retryhttp/retryhttptest"
+)
+
+// Each provoke function makes net/http itself fail in one of the ways that
+// neterrors.go recognises, over real loopback connections, and returns the
+// error exactly as net/http's Transport returned it. If a Go release renames
+// a type or rewords a message, the classification tests below fail.
+
+// provokeServerClosedIdle returns the keep-alive race's error: the server
+// closes an idle HTTP/1.1 connection just as the client takes it for a PUT.
+// The race is made certain by ending the connection's read with EOF from
+// httptrace's GotConn, after the connection was taken and before the request
+// is written, and waiting for net/http to close it.
+func provokeServerClosedIdle(t *testing.T) error {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer srv.Close()
+	conns := make(chan *steerConn, 2)
+	base := &http.Transport{DialContext: dialSteered(conns)}
+	defer base.CloseIdleConnections()
+
+	resp, err := base.RoundTrip(mustReq(t, "GET", srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close() // the connection is idle now
+	conn := <-conns
+
+	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+		if info.Reused {
+			conn.EOF()
+			<-conn.closed // net/http saw the EOF and closed the connection
+		}
+	}}
+	req := mustReq(t, "PUT", srv.URL)
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
+	resp, err = base.RoundTrip(req)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatal("got a response; want net/http's error for a server that closed an idle connection")
+	}
+	return err
+}
+
+// provokeLostPing returns the error of an HTTP/2 connection closed because
+// its health-check ping went unanswered: the connection goes silent while a
+// request waits for its response.
+func provokeLostPing(t *testing.T) error {
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	defer close(release)
+	conns := make(chan *steerConn, 1)
+	base := &http.Transport{
+		DialContext: dialSteered(conns),
+		HTTP2:       &http.HTTP2Config{SendPingTimeout: 20 * time.Millisecond, PingTimeout: 20 * time.Millisecond},
+	}
+	srv := startH2C(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}), base)
+	go func() {
+		<-entered
+		(<-conns).Freeze() // the network goes silent: no frame, no ping answer
+	}()
+	resp, err := base.RoundTrip(mustReq(t, "PUT", srv.URL))
+	if err == nil {
+		resp.Body.Close()
+		t.Fatal("got a response; want net/http's error for a lost connection")
+	}
+	return err
+}
+
+// provokeGoAway returns the error of an HTTP/2 request whose server sent
+// GOAWAY during a graceful shutdown and then closed the connection with the
+// request still open.
+func provokeGoAway(t *testing.T) error {
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	conns := make(chan *steerConn, 1)
+	base := &http.Transport{DialContext: dialSteered(conns)}
+	srv := startH2C(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}), base)
+	shutdown := make(chan struct{})
+	go func() {
+		c := <-conns
+		c.mu.Lock()
+		c.eofAfterGoAway = true // read the GOAWAY, then find the connection closed
+		c.mu.Unlock()
+		<-entered
+		srv.Config.Shutdown(context.Background()) // sends GOAWAY, waits for the handler
+		close(shutdown)
+	}()
+	resp, err := base.RoundTrip(mustReq(t, "PUT", srv.URL))
+	close(release)
+	<-shutdown
+	if err == nil {
+		resp.Body.Close()
+		t.Fatal("got a response; want net/http's GOAWAY error")
+	}
+	return err
+}
+
+// provokeClosedConn returns the error of a read on a connection closed
+// under it.
+func provokeClosedConn(t *testing.T) error {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	_, err = c.Read(make([]byte, 1))
+	return err
+}
+
+func TestNetHTTPConnectionFailures(t *testing.T) {
+	tests := []struct {
+		name    string
+		provoke func(*testing.T) error
+		text    string // what the error says today, checked so that a change shows
+	}{
+		{"server closed idle connection", provokeServerClosedIdle, "http: server closed idle connection"},
+		{"HTTP2 connection lost to a ping", provokeLostPing, "http2: client connection lost"},
+		{"HTTP2 GOAWAY then close", provokeGoAway, "http2: server sent GOAWAY and closed the connection"},
+		{"use of closed network connection", provokeClosedConn, "use of closed network connection"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.provoke(t)
+			if !strings.Contains(err.Error(), tc.text) {
+				t.Errorf("got %q; want it to contain %q (net/http changed: update neterrors.go)", err, tc.text)
+			}
+			if got := classifyConnFailure(err); got != connLost {
+				t.Errorf("classifyConnFailure: got %v; want connLost", got)
+			}
+			if got := DefaultClassify(nil, err); got != Transient {
+				t.Errorf("DefaultClassify: got %v; want Transient", got)
+			}
+			if neverSent(err) {
+				t.Error("neverSent: got true; want false (the server may have processed the request)")
+			}
+			// As the http.Client sees it, too.
+			if got := DefaultClassify(nil, fmt.Errorf("Put %q: %w", "http://x.test/", err)); got != Transient {
+				t.Errorf("DefaultClassify, wrapped: got %v; want Transient", got)
+			}
+			t.Run("retried where a replay is safe", func(t *testing.T) { assertRetriedWhereSafe(t, err) })
+		})
+	}
+}
+
+// assertRetriedWhereSafe checks what the Transport does after err, which does
+// not prove that the request went unprocessed: idempotent requests and keyed
+// writes are retried, a keyless write is not.
+func assertRetriedWhereSafe(t *testing.T, err error) {
+	tests := []struct {
+		name     string
+		method   string
+		policy   Policy
+		attempts int
+		decision Decision
+	}{
+		{"PUT", "PUT", Policy{}, 2, Done},
+		{"DELETE", "DELETE", Policy{}, 2, Done},
+		{"POST keyed through IdempotencyHeader", "POST", Policy{IdempotencyHeader: "Amz-Sdk-Invocation-Id", NoIdempotencyKeys: true}, 2, Done},
+		{"POST without a key", "POST", Policy{NoIdempotencyKeys: true}, 1, StopNotIdempotent},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := rht.NewTransport(rht.Step{Err: err}, rht.Status(200))
+				var rep Report
+				req := newReq(t, tc.method, "body")
+				if tc.policy.IdempotencyHeader != "" {
+					req.Header.Set(tc.policy.IdempotencyHeader, "invocation-1")
+				}
+				req = req.WithContext(WithReport(req.Context(), &rep))
+				roundTrip(t, &Transport{Base: base, Policy: tc.policy}, req)
+				rht.AssertAttempts(t, base, tc.attempts)
+				if rep.Decision != tc.decision {
+					t.Errorf("got decision %v; want %v", rep.Decision, tc.decision)
+				}
+			})
+		})
+	}
+}
+
+// timeoutOnly is an error with a Timeout method and nothing else, as the AWS
+// SDK's ResponseTimeoutError: not a net.Error.
+type timeoutOnly struct{}
+
+func (timeoutOnly) Error() string { return "response timeout" }
+func (timeoutOnly) Timeout() bool { return true }
+
+func TestTimeoutErrorsAnywhereInTheChain(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want Class
+	}{
+		{"Timeout method only", timeoutOnly{}, Transient},
+		{"wrapped Timeout method only", fmt.Errorf("operation error: %w", timeoutOnly{}), Transient},
+		// A read *net.OpError whose Err wraps the timeout: OpError.Timeout
+		// looks only at its direct Err and says false.
+		{"inside a read OpError", &net.OpError{Op: "read", Net: "tcp", Err: fmt.Errorf("tls: %w", timeoutOnly{})}, Transient},
+		{"inside a read OpError, deadline", &net.OpError{Op: "read", Net: "tcp", Err: fmt.Errorf("x: %w", context.DeadlineExceeded)}, Transient},
+		{"joined", errors.Join(errors.New("first"), timeoutOnly{}), Transient},
+		{"Timeout false", &net.OpError{Op: "read", Net: "tcp", Err: errors.New("bad record")}, Permanent},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := DefaultClassify(nil, tc.err); got != tc.want {
+				t.Errorf("got %v; want %v", got, tc.want)
+			}
+		})
+	}
+}
