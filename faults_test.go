@@ -293,4 +293,3 @@ func TestFinalBodyReadableToTheEnd(t *testing.T) {
 		})
 	}
 }
-

@@ -199,5 +199,3 @@ func TestSustainedOutage(t *testing.T) {
 		t.Logf("after 500 successes: %d tokens, a new failure gets %d attempts again", 500, 3)
 	})
 }
-
-

@@ -20,7 +20,6 @@ import (
 // These tests use real loopback connections and so real time; their waits
 // are kept to milliseconds.
 
-
 func TestZeroTransportInHTTPClient(t *testing.T) {
 	srv := rht.NewServer(t, rht.Status(503), rht.Status(503), rht.Status(200).WithBody("hello"))
 	client := &http.Client{Transport: &Transport{}}
@@ -204,5 +203,3 @@ func TestClassifyRealErrors(t *testing.T) {
 		}
 	})
 }
-
-

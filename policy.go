@@ -55,8 +55,10 @@ type Policy struct {
 
 	// Timeout limits the whole exchange: every attempt, every wait and the
 	// reading of the final response body, like http.Client.Timeout. A wait
-	// that would not end before it is not started. Zero means no limit
-	// beyond the request context's deadline.
+	// that would not end before it is not started. A 101 Switching
+	// Protocols response ends it: the upgraded connection belongs to the
+	// caller, who closes it. Zero means no limit beyond the request
+	// context's deadline.
 	Timeout time.Duration
 
 	// AttemptTimeout limits one attempt, up to the arrival of the response

@@ -200,8 +200,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if observe {
 			start = time.Now()
 		}
-		var class Class
-		resp, release, err, class = t.attempt(base, out)
+		var timer *time.Timer
+		resp, release, timer, err = t.send(base, out)
+		class := p.classify(resp, err)
+		if timer != nil {
+			resp, release, err, class = t.settle(out, timer, resp, release, err, class)
+		}
 
 		decision := Done
 		var (
@@ -236,6 +240,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 		if decision != Retry {
 			report.finish(decision)
+			if resp != nil && resp.StatusCode == http.StatusSwitchingProtocols {
+				// The upgraded connection is the caller's, outside the
+				// attempt's and the Timeout's reach (net/http stops watching
+				// the context once it hands the connection over).
+				releaseAll(release, cancel)
+				return resp, nil
+			}
 			if resp != nil {
 				if release != nil || cancel != nil {
 					resp.Body = onClose(resp.Body, release, cancel)
@@ -276,36 +287,42 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// attempt makes one attempt through base and classifies its outcome. It
-// returns a response with a nil error, or an error with no response: a base
-// that returns both has its response closed, and one that returns neither
-// is reported as an error. With Policy.AttemptTimeout, the attempt has its
-// own deadline, which covers the classification too (a Classify that peeks
-// into a body that never comes is cut off with the attempt); release must
-// then be called once the response is done with.
-func (t *Transport) attempt(base http.RoundTripper, req *http.Request) (resp *http.Response, release func(), err error, class Class) {
-	p := &t.Policy
-	if p.AttemptTimeout <= 0 {
+// send makes one attempt through base. It returns a response with a nil
+// error, or an error with no response: a base that returns both has its
+// response closed, and one that returns neither is reported as an error.
+// With Policy.AttemptTimeout, the attempt has its own context and a timer
+// that cancels it; the timer runs on through the classification (a Classify
+// that peeks into a body that never comes is cut off with the attempt), and
+// settle ends it. release, when not nil, must be called once the response is
+// done with.
+func (t *Transport) send(base http.RoundTripper, req *http.Request) (resp *http.Response, release func(), timer *time.Timer, err error) {
+	d := t.Policy.AttemptTimeout
+	if d <= 0 {
 		resp, err = roundTripOnce(base, req)
-		return resp, nil, err, p.classify(resp, err)
+		return resp, nil, nil, err
 	}
-	parent := req.Context()
-	actx, acancel := context.WithCancel(parent)
-	timer := time.AfterFunc(p.AttemptTimeout, acancel)
+	actx, acancel := context.WithCancel(req.Context())
+	timer = time.AfterFunc(d, acancel)
 	resp, err = roundTripOnce(base, req.WithContext(actx))
-	class = p.classify(resp, err)
-	// The timer stops once the outcome is known, so the body that is
-	// returned can be read for as long as the caller's context allows.
-	if !timer.Stop() && parent.Err() == nil {
-		discard(resp, acancel, false)
-		err = fmt.Errorf("%w after %v", ErrAttemptTimeout, p.AttemptTimeout)
-		return nil, nil, err, p.classify(nil, err)
+	return resp, acancel, timer, err
+}
+
+// settle stops the timer of an attempt sent with Policy.AttemptTimeout, now
+// that its outcome is classified. If the timer fired first (and the request's
+// own context is still alive), the attempt failed with ErrAttemptTimeout,
+// whatever arrived. Once the timer is stopped, the body that is returned can
+// be read for as long as the caller's context allows.
+func (t *Transport) settle(req *http.Request, timer *time.Timer, resp *http.Response, release func(), err error, class Class) (*http.Response, func(), error, Class) {
+	if !timer.Stop() && req.Context().Err() == nil {
+		discard(resp, release, false)
+		err = fmt.Errorf("%w after %v", ErrAttemptTimeout, t.Policy.AttemptTimeout)
+		return nil, nil, err, t.Policy.classify(nil, err)
 	}
 	if err != nil {
-		acancel()
+		release()
 		return nil, nil, err, class
 	}
-	return resp, acancel, nil, class
+	return resp, release, nil, class
 }
 
 // roundTripOnce calls base and repairs the two ways a base can break the
@@ -478,6 +495,15 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	case <-timer.C:
 		return nil
+	}
+}
+
+func releaseAll(release func(), cancel context.CancelFunc) {
+	if release != nil {
+		release()
+	}
+	if cancel != nil {
+		cancel()
 	}
 }
 

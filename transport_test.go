@@ -17,12 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-
-
-
-
-
-
 func TestRetryableOutcomesAreRetried(t *testing.T) {
 	tests := []struct {
 		name      string
