@@ -2,9 +2,11 @@ package retryhttp
 
 import (
 	"crypto/rand"
+	"encoding/hex"
 	"net/http"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/google/uuid"
 )
@@ -37,22 +39,51 @@ func (t *Transport) newKey() string {
 	if t.Policy.NewIdempotencyKey != nil {
 		return t.Policy.NewIdempotencyKey()
 	}
-	return t.keys.newUUID()
+	var u [36]byte
+	t.keys.newUUID(&u)
+	return string(u[:])
+}
+
+// keyedRequest is the copy of a write's request that carries a generated
+// key, allocated in one piece with the key's text and, for a header of
+// usual size, the header's values: a write's key costs a handful of
+// allocations, not one per part.
+type keyedRequest struct {
+	req  http.Request
+	key  [36]byte
+	vals [4]string
+}
+
+// withNewKey returns a copy of out whose header is req's with a new key
+// under name.
+func (t *Transport) withNewKey(req, out *http.Request, name string) *http.Request {
+	kr := new(keyedRequest)
+	kr.req = *out
+	var key string
+	if t.Policy.NewIdempotencyKey != nil {
+		key = t.Policy.NewIdempotencyKey()
+	} else {
+		t.keys.newUUID(&kr.key)
+		// The bytes are never written again: the string may share them.
+		key = unsafe.String(&kr.key[0], len(kr.key))
+	}
+	kr.req.Header = cloneHeaderWith(req.Header, name, key, kr.vals[:0])
+	return &kr.req
 }
 
 // keySource makes random (version 4) UUIDs from crypto/rand, reading the
-// random bytes for keyBatch keys at a time: one read of the system's random
-// source costs far more than formatting a key, and that read is most of what
-// a key used to cost. Each batch belongs to one goroutine at a time (a
-// sync.Pool hands it out), each 16 bytes are used for one key only and then
-// zeroed, so keys stay as unpredictable as crypto/rand's output: 122 random
-// bits each. The zero keySource is ready to use.
+// random bytes for keysPerBatch keys at a time, so that the system's random
+// source is read once per batch rather than once per key. Each batch belongs
+// to one goroutine at a time (a sync.Pool hands it out); each 16 bytes are
+// used for one key only and zeroed as they are taken, so keys stay as
+// unpredictable as crypto/rand's output: 122 random bits each. The zero
+// keySource is ready to use.
 type keySource struct {
 	pool sync.Pool // of *keyBatch
 }
 
-// keyBatch is the random bytes of up to keyBatch keys; next is the offset
-// of the first unused one.
+// keyBatch is the random bytes of up to keysPerBatch keys; next is the
+// offset of the first unused one.
 type keyBatch struct {
 	buf  [keysPerBatch * 16]byte
 	next int
@@ -60,7 +91,8 @@ type keyBatch struct {
 
 const keysPerBatch = 16
 
-func (s *keySource) newUUID() string {
+// newUUID writes a new UUID into dst in its 36-character form.
+func (s *keySource) newUUID(dst *[36]byte) {
 	b, _ := s.pool.Get().(*keyBatch)
 	if b == nil {
 		b = &keyBatch{next: keysPerBatch * 16}
@@ -76,7 +108,20 @@ func (s *keySource) newUUID() string {
 	s.pool.Put(b)
 	u[6] = u[6]&0x0f | 0x40 // version 4
 	u[8] = u[8]&0x3f | 0x80 // RFC 9562 variant
-	return u.String()
+	encodeUUID(dst, u)
+}
+
+// encodeUUID writes u in its canonical form, xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
+func encodeUUID(dst *[36]byte, u uuid.UUID) {
+	hex.Encode(dst[0:8], u[0:4])
+	dst[8] = '-'
+	hex.Encode(dst[9:13], u[4:6])
+	dst[13] = '-'
+	hex.Encode(dst[14:18], u[6:8])
+	dst[18] = '-'
+	hex.Encode(dst[19:23], u[8:10])
+	dst[23] = '-'
+	hex.Encode(dst[24:], u[10:])
 }
 
 // headerKey returns the value of header name in h, looking first under the
@@ -95,16 +140,19 @@ func headerKey(h http.Header, name string) (string, bool) {
 	return "", false
 }
 
-// cloneHeaderWith returns a deep copy of h with name set to value, in two
-// allocations: the map, and one slice holding every value. Any other
+// cloneHeaderWith returns a deep copy of h with name set to value: a new map,
+// and one slice holding every value, buf if it has the capacity. Any other
 // spelling of name (an empty key written into the map directly) is left out,
 // so that exactly one value is sent.
-func cloneHeaderWith(h http.Header, name, value string) http.Header {
+func cloneHeaderWith(h http.Header, name, value string, buf []string) http.Header {
 	nv := 1
 	for _, vs := range h {
 		nv += len(vs)
 	}
-	all := make([]string, 0, nv)
+	all := buf[:0]
+	if cap(all) < nv {
+		all = make([]string, 0, nv)
+	}
 	h2 := make(http.Header, len(h)+1)
 	for k, vs := range h {
 		if k != name && len(k) == len(name) && strings.EqualFold(k, name) {

@@ -253,7 +253,7 @@ func TestCallerRequestUntouched(t *testing.T) {
 
 func TestCloneHeaderWith(t *testing.T) {
 	h := http.Header{"A": {"1", "2"}, "B": {"3"}, "User-Agent": nil}
-	got := cloneHeaderWith(h, "Idempotency-Key", "k")
+	got := cloneHeaderWith(h, "Idempotency-Key", "k", nil)
 	want := http.Header{"A": {"1", "2"}, "B": {"3"}, "User-Agent": nil, "Idempotency-Key": {"k"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %v; want %v", got, want)
@@ -266,7 +266,7 @@ func TestCloneHeaderWith(t *testing.T) {
 	if got["Idempotency-Key"][0] != "k" {
 		t.Errorf("got key %q after appends; want k", got["Idempotency-Key"])
 	}
-	if got := cloneHeaderWith(nil, "K", "v"); !reflect.DeepEqual(got, http.Header{"K": {"v"}}) {
+	if got := cloneHeaderWith(nil, "K", "v", nil); !reflect.DeepEqual(got, http.Header{"K": {"v"}}) {
 		t.Errorf("nil header: got %v; want map[K:[v]]", got)
 	}
 }
@@ -285,7 +285,9 @@ func TestNewUUID(t *testing.T) {
 		wg.Go(func() {
 			keys := make([]string, 0, perGoroutine)
 			for range perGoroutine {
-				keys = append(keys, src.newUUID())
+				var k [36]byte
+				src.newUUID(&k)
+				keys = append(keys, string(k[:]))
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -316,7 +318,9 @@ func TestNewUUIDBitsAreRandom(t *testing.T) {
 	const n = 4096
 	var ones [128]int
 	for range n {
-		u := uuid.MustParse(src.newUUID())
+		var k [36]byte
+		src.newUUID(&k)
+		u := uuid.MustParse(string(k[:]))
 		for i := range 128 {
 			if u[i/8]&(0x80>>(i%8)) != 0 {
 				ones[i]++

@@ -166,10 +166,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if _, ok := headerKey(req.Header, name); ok {
 			safe = true
 		} else if !p.NoIdempotencyKeys {
-			if out == req {
-				out = shallowCopy(req)
-			}
-			out.Header = cloneHeaderWith(req.Header, name, t.newKey())
+			out = t.withNewKey(req, out, name)
 			safe = true
 		}
 	}
