@@ -7,45 +7,111 @@ package integration
 import (
 	"bytes"
 	"net/http"
+	"strings"
 
 	"github.com/herdproof/retryhttp"
 )
 
-// awsThrottleCodes are the AWS error codes that mean "slow down", as the AWS
-// SDK for Go v2 lists them (aws/retry DefaultThrottleErrorCodes).
-var awsThrottleCodes = []string{
-	"Throttling", "ThrottlingException", "ThrottledException", "RequestThrottledException",
-	"TooManyRequestsException", "ProvisionedThroughputExceededException",
-	"TransactionInProgressException", "RequestLimitExceeded", "BandwidthLimitExceeded",
-	"LimitExceededException", "RequestThrottled", "SlowDown", "PriorRequestNotComplete",
-	"EC2ThrottledException",
-}
+// The AWS error codes the AWS SDK for Go v2 retries in its standard mode
+// (aws/retry, v1.48.0: DefaultThrottleErrorCodes, DefaultRetryableErrorCodes),
+// copied here as data so that no SDK package is needed to classify; the
+// table test in awsclassify_test.go checks each against the SDK's own lists.
+var (
+	awsThrottleCodes = map[string]bool{
+		"Throttling": true, "ThrottlingException": true, "ThrottledException": true,
+		"RequestThrottledException": true, "TooManyRequestsException": true,
+		"ProvisionedThroughputExceededException": true, "TransactionInProgressException": true,
+		"RequestLimitExceeded": true, "BandwidthLimitExceeded": true, "LimitExceededException": true,
+		"RequestThrottled": true, "SlowDown": true, "PriorRequestNotComplete": true,
+		"EC2ThrottledException": true,
+	}
+	awsTransientCodes = map[string]bool{"RequestTimeout": true, "RequestTimeoutException": true}
+)
 
 // peekLimit bounds what the classifier reads of an error body: AWS puts the
-// error code at its start (JSON "__type", XML <Code>).
+// error code at its start (JSON "__type" or "code", XML <Code>).
 const peekLimit = 1024
 
-// AWSClassify returns a classifier for AWS services: a 400 whose body names a
-// throttling error code (DynamoDB's ThrottlingException, for one) is
-// Throttling; everything else is left to next (DefaultClassify if nil). It
-// reads at most the first 1 KiB of a 400's body, with retryhttp.PeekBody,
-// and puts it back for the SDK to read.
+// AWSClassify returns a classifier that retries what the AWS SDK for Go v2's
+// standard mode retries:
+//
+//   - a throttling error code (ThrottlingException, S3's SlowDown, ...) is
+//     Throttling, whatever the status: S3 sends SlowDown as a 503, which
+//     would otherwise be a plain transient failure with a shorter backoff
+//     and a higher retry cost;
+//   - RequestTimeout and RequestTimeoutException (S3 sends a 400) are
+//     Transient;
+//   - 500 (InternalError and the like), 502, 503 and 504 are Transient: AWS
+//     operations are designed to be retried after them, as the SDK does;
+//   - everything else is left to next (DefaultClassify if nil): 429 is
+//     Throttling, network failures are Transient, other 4xx are Permanent.
+//
+// The error code is read from the x-amzn-ErrorType header when present, and
+// otherwise from at most the first 1 KiB of an error response's body, with
+// retryhttp.PeekBody, which puts it back for the SDK to read.
 func AWSClassify(next func(*http.Response, error) retryhttp.Class) func(*http.Response, error) retryhttp.Class {
 	if next == nil {
 		next = retryhttp.DefaultClassify
 	}
 	return func(resp *http.Response, err error) retryhttp.Class {
-		if resp != nil && resp.StatusCode == http.StatusBadRequest {
-			prefix, _ := retryhttp.PeekBody(resp, peekLimit)
-			for _, code := range awsThrottleCodes {
-				if bytes.Contains(prefix, []byte(`#`+code+`"`)) || bytes.Contains(prefix, []byte(`"`+code+`"`)) ||
-					bytes.Contains(prefix, []byte(`<Code>`+code+`</Code>`)) {
-					return retryhttp.Throttling
-				}
-			}
+		if resp == nil || resp.StatusCode < 400 {
+			return next(resp, err)
+		}
+		code := awsErrorCode(resp)
+		switch {
+		case awsThrottleCodes[code]:
+			return retryhttp.Throttling
+		case awsTransientCodes[code], resp.StatusCode == http.StatusInternalServerError:
+			return retryhttp.Transient
 		}
 		return next(resp, err)
 	}
+}
+
+// awsErrorCode returns the error code of an AWS error response, "" if none
+// is found: the x-amzn-ErrorType header ("Code:namespace-uri"), an XML
+// <Code> element, or a JSON "__type" ("namespace#Code") or "code" member.
+func awsErrorCode(resp *http.Response) string {
+	if h := resp.Header.Get("X-Amzn-Errortype"); h != "" {
+		code, _, _ := strings.Cut(h, ":")
+		return strings.TrimSpace(code)
+	}
+	prefix, _ := retryhttp.PeekBody(resp, peekLimit)
+	if v, ok := between(prefix, "<Code>", "</Code>"); ok {
+		return v
+	}
+	for _, key := range []string{`"__type"`, `"code"`, `"Code"`} {
+		i := bytes.Index(prefix, []byte(key))
+		if i < 0 {
+			continue
+		}
+		rest := bytes.TrimLeft(prefix[i+len(key):], " \t\r\n")
+		if !bytes.HasPrefix(rest, []byte(":")) {
+			continue
+		}
+		rest = bytes.TrimLeft(rest[1:], " \t\r\n")
+		if v, ok := between(rest, `"`, `"`); ok {
+			if _, after, found := strings.Cut(v, "#"); found {
+				v = after
+			}
+			return v
+		}
+	}
+	return ""
+}
+
+// between returns the text of b between the first open and the next close.
+func between(b []byte, open, close string) (string, bool) {
+	i := bytes.Index(b, []byte(open))
+	if i < 0 {
+		return "", false
+	}
+	rest := b[i+len(open):]
+	j := bytes.Index(rest, []byte(close))
+	if j < 0 {
+		return "", false
+	}
+	return string(rest[:j]), true
 }
 
 // AWSPolicy is the Policy to put under an AWS SDK client whose own retries
