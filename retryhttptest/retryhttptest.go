@@ -31,7 +31,9 @@ import (
 )
 
 // KeyHeader is the header whose value Attempt.Key records and by which
-// effects are deduplicated.
+// effects are deduplicated, unless a Server's or Transport's KeyHeader field
+// names another (for a client whose Policy.IdempotencyHeader is not the
+// default).
 const KeyHeader = "Idempotency-Key"
 
 // A Step is one scripted answer. The last step of a script repeats for
@@ -43,10 +45,13 @@ type Step struct {
 	Header http.Header
 	// Body is the response body.
 	Body string
-	// Delay is how long to wait before answering.
+	// Delay is how long to wait before answering (or before Hang, Reset
+	// or CommitThenDrop take effect).
 	Delay time.Duration
 	// Err, on a Transport, fails the attempt with this error instead of a
-	// response. A Server ignores it.
+	// response. A Server cannot send a Go error: NewServer and
+	// NewUnstartedServer fail the test if a step sets it (use Reset or
+	// CommitThenDrop).
 	Err error
 	// Hang never answers: the attempt ends when the request's context does
 	// (or, on a Server, when the Server closes).
@@ -60,7 +65,8 @@ type Step struct {
 	// committing would.
 	CommitThenDrop bool
 
-	times int
+	times    int
+	timesSet bool
 }
 
 // Status returns a step that answers with the given status code.
@@ -82,9 +88,16 @@ func Reset() Step { return Step{Reset: true} }
 // connection.
 func CommitThenDrop() Step { return Step{CommitThenDrop: true} }
 
-// Times returns the step repeated n times in the script.
+// Times returns the step repeated n times in the script; zero (or less)
+// leaves it out.
 func (s Step) Times(n int) Step {
-	s.times = n
+	s.times, s.timesSet = max(n, 0), true
+	return s
+}
+
+// WithDelay returns the step answering after d.
+func (s Step) WithDelay(d time.Duration) Step {
+	s.Delay = d
 	return s
 }
 
@@ -112,7 +125,8 @@ type Attempt struct {
 	Path   string
 	Header http.Header
 	Body   string
-	// Key is the Idempotency-Key header, "" if absent.
+	// Key is the idempotency key header (KeyHeader, or the KeyHeader field
+	// of the Server or Transport), "" if absent.
 	Key string
 }
 
@@ -125,7 +139,8 @@ type Recorder interface {
 // script turns the steps into a lookup by attempt index and keeps the
 // record and the effects. It is the state shared by Server and Transport.
 type script struct {
-	steps []Step
+	steps     []Step
+	keyHeader string
 
 	mu       sync.Mutex
 	attempts []Attempt
@@ -133,11 +148,14 @@ type script struct {
 	nEffects int
 }
 
-func newScript(steps []Step) *script {
+func newScript(steps []Step, keyHeader string) *script {
 	var flat []Step
 	for _, s := range steps {
-		n := max(s.times, 1)
-		s.times = 0
+		n := 1
+		if s.timesSet {
+			n = s.times
+		}
+		s.times, s.timesSet = 0, false
 		for range n {
 			flat = append(flat, s)
 		}
@@ -145,7 +163,10 @@ func newScript(steps []Step) *script {
 	if len(flat) == 0 {
 		flat = []Step{Status(http.StatusOK)}
 	}
-	return &script{steps: flat, effects: map[string]bool{}}
+	if keyHeader == "" {
+		keyHeader = KeyHeader
+	}
+	return &script{steps: flat, keyHeader: keyHeader, effects: map[string]bool{}}
 }
 
 // record stores an attempt and returns the step that answers it.
@@ -154,7 +175,7 @@ func (s *script) record(r *http.Request, body []byte) Step {
 	defer s.mu.Unlock()
 	s.attempts = append(s.attempts, Attempt{
 		Time: time.Now(), Method: r.Method, Path: r.URL.Path,
-		Header: r.Header.Clone(), Body: string(body), Key: r.Header.Get(KeyHeader),
+		Header: r.Header.Clone(), Body: string(body), Key: r.Header.Get(s.keyHeader),
 	})
 	return s.steps[min(len(s.attempts), len(s.steps))-1]
 }
@@ -165,7 +186,7 @@ func (s *script) effect(r *http.Request) {
 	if r.Method != http.MethodPost && r.Method != http.MethodPatch {
 		return
 	}
-	key := r.Header.Get(KeyHeader)
+	key := r.Header.Get(s.keyHeader)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if key == "" || !s.effects[key] {

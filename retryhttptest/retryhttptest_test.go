@@ -232,3 +232,91 @@ func TestAssertions(t *testing.T) {
 		})
 	}
 }
+
+func TestKeyHeader(t *testing.T) {
+	const name = "Amz-Sdk-Invocation-Id"
+	post := func(t *testing.T, rt http.RoundTripper, url string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", url, strings.NewReader("x"))
+		req.Header.Set(name, "inv-1")
+		req.Header.Set(KeyHeader, "other")
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	t.Run("Transport", func(t *testing.T) {
+		tr := &Transport{KeyHeader: name}
+		post(t, tr, "http://x.test/")
+		post(t, tr, "http://x.test/")
+		if got := Keys(tr); len(got) != 2 || got[0] != "inv-1" {
+			t.Errorf("got keys %q; want [inv-1 inv-1]", got)
+		}
+		if tr.Effects() != 1 {
+			t.Errorf("got %d effects; want 1 (deduplicated by %s)", tr.Effects(), name)
+		}
+	})
+	t.Run("Server", func(t *testing.T) {
+		srv := NewUnstartedServer(t)
+		srv.KeyHeader = name
+		srv.Start()
+		client := &http.Transport{}
+		defer client.CloseIdleConnections()
+		post(t, client, srv.URL)
+		post(t, client, srv.URL)
+		AssertStableKey(t, srv)
+		if got := srv.Attempts()[0].Key; got != "inv-1" {
+			t.Errorf("got key %q; want inv-1", got)
+		}
+		if srv.Effects() != 1 {
+			t.Errorf("got %d effects; want 1", srv.Effects())
+		}
+	})
+}
+
+func TestTimesZeroLeavesTheStepOut(t *testing.T) {
+	tr := NewTransport(Status(503).Times(0), Status(429).Times(-1), Status(201))
+	resp, err := get(t, tr, "GET", "http://x.test/", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 201 {
+		t.Errorf("got %d; want 201 (the steps repeated zero times are left out)", resp.StatusCode)
+	}
+}
+
+func TestWithDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTransport(Status(200).WithDelay(3 * time.Second))
+		start := time.Now()
+		resp, err := get(t, tr, "GET", "http://x.test/", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := time.Since(start); got != 3*time.Second {
+			t.Errorf("got the answer after %v; want 3s", got)
+		}
+	})
+}
+
+// fatalRecorder records Fatalf instead of stopping the test.
+type fatalRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatalRecorder) Fatalf(format string, args ...any) { f.msg = fmt.Sprintf(format, args...) }
+func (f *fatalRecorder) Helper()                           {}
+
+func TestServerRefusesStepErr(t *testing.T) {
+	rec := &fatalRecorder{TB: t}
+	if srv := NewServer(rec, Step{Err: errors.New("boom")}); srv != nil {
+		t.Error("got a Server; want none")
+	}
+	if !strings.Contains(rec.msg, "Step 1 sets Err") && !strings.Contains(rec.msg, "step 1 sets Err") {
+		t.Errorf("got %q; want the test failed for step 1's Err", rec.msg)
+	}
+}

@@ -14,9 +14,22 @@ import (
 
 // Server is an httptest.Server that answers from a script. Make one with
 // NewServer; it closes itself when the test ends.
+//
+// net/http's client may send a request again by itself when a reused
+// keep-alive connection turns out to be closed by the server (for GET, HEAD,
+// OPTIONS, TRACE and requests carrying Idempotency-Key): the Server then
+// records more attempts than the client's retry layer made.
 type Server struct {
 	*httptest.Server
-	*script
+
+	// KeyHeader, if set before Start (use NewUnstartedServer), names the
+	// header that Attempt.Key records and effects are deduplicated by, in
+	// place of the package's KeyHeader.
+	KeyHeader string
+
+	steps     []Step
+	once      sync.Once
+	s         *script
 	conns     atomic.Int64
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -27,7 +40,9 @@ type Server struct {
 func NewServer(t testing.TB, steps ...Step) *Server {
 	t.Helper()
 	s := NewUnstartedServer(t, steps...)
-	s.Start()
+	if s != nil {
+		s.Start()
+	}
 	return s
 }
 
@@ -36,7 +51,13 @@ func NewServer(t testing.TB, steps ...Step) *Server {
 // Start or StartTLS; it closes itself at the end of the test.
 func NewUnstartedServer(t testing.TB, steps ...Step) *Server {
 	t.Helper()
-	s := &Server{script: newScript(steps), closing: make(chan struct{})}
+	for i, st := range steps {
+		if st.Err != nil {
+			t.Fatalf("retryhttptest: step %d sets Err (%v), which a Server cannot send; use Reset or CommitThenDrop, or a Transport", i+1, st.Err)
+			return nil
+		}
+	}
+	s := &Server{steps: steps, closing: make(chan struct{})}
 	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
 	s.configure()
 	t.Cleanup(s.Close)
@@ -60,13 +81,39 @@ func (s *Server) configure() {
 	}
 }
 
+func (s *Server) script() *script {
+	s.once.Do(func() { s.s = newScript(s.steps, s.KeyHeader) })
+	return s.s
+}
+
+// Start starts the server over HTTP/1.1 (or HTTP/2 if EnableHTTP2 is set,
+// with StartTLS).
+func (s *Server) Start() {
+	s.script()
+	s.Server.Start()
+}
+
+// StartTLS starts the server with TLS.
+func (s *Server) StartTLS() {
+	s.script()
+	s.Server.StartTLS()
+}
+
+// Attempts returns a copy of the attempts received so far, in order.
+func (s *Server) Attempts() []Attempt { return s.script().Attempts() }
+
+// Effects returns how many POST or PATCH effects were performed: one per
+// distinct idempotency key, plus one per write that carried none.
+func (s *Server) Effects() int { return s.script().Effects() }
+
 // Conns returns the number of connections the Server has accepted: with
 // keep-alive working, far fewer than attempts.
 func (s *Server) Conns() int { return int(s.conns.Load()) }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
-	st := s.record(r, body)
+	sc := s.script()
+	st := sc.record(r, body)
 	if st.Delay > 0 {
 		select {
 		case <-time.After(st.Delay):
@@ -87,7 +134,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		cut(w, true)
 		return
 	}
-	s.effect(r)
+	sc.effect(r)
 	if st.CommitThenDrop {
 		cut(w, true)
 		return

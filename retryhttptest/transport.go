@@ -18,6 +18,11 @@ import (
 // open. Its zero value answers 200 to everything; NewTransport scripts it.
 // It is safe for concurrent use.
 type Transport struct {
+	// KeyHeader, if set before first use, names the header that
+	// Attempt.Key records and effects are deduplicated by, in place of the
+	// package's KeyHeader.
+	KeyHeader string
+
 	once   sync.Once
 	s      *script
 	steps  []Step
@@ -31,7 +36,7 @@ func NewTransport(steps ...Step) *Transport {
 }
 
 func (t *Transport) script() *script {
-	t.once.Do(func() { t.s = newScript(t.steps) })
+	t.once.Do(func() { t.s = newScript(t.steps, t.KeyHeader) })
 	return t.s
 }
 
