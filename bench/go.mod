@@ -6,7 +6,7 @@ require (
 	github.com/aws/aws-sdk-go-v2 v1.48.0
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/hashicorp/go-retryablehttp v0.7.8
-	github.com/herdproof/retryhttp v0.0.0
+	github.com/herdproof/retryhttp v0.1.0
 )
 
 require (
@@ -17,4 +17,6 @@ require (
 	github.com/influxdata/tdigest v0.0.1 // indirect
 )
 
+// Development against this checkout; ignored by the module's users, who get
+// the required version (see docs/releasing.md).
 replace github.com/herdproof/retryhttp => ../

@@ -7,7 +7,7 @@ require (
 	github.com/aws/aws-sdk-go-v2/credentials v1.21.0
 	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.74.0
 	github.com/aws/smithy-go v1.28.9
-	github.com/herdproof/retryhttp v0.0.0
+	github.com/herdproof/retryhttp v0.1.0
 	github.com/stripe/stripe-go/v82 v82.5.1
 )
 
@@ -20,4 +20,6 @@ require (
 	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
 )
 
+// Development against this checkout; ignored by the module's users, who get
+// the required version (see docs/releasing.md).
 replace github.com/herdproof/retryhttp => ../

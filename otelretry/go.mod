@@ -3,7 +3,7 @@ module github.com/herdproof/retryhttp/otelretry
 go 1.26.0
 
 require (
-	github.com/herdproof/retryhttp v0.0.0
+	github.com/herdproof/retryhttp v0.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
@@ -22,4 +22,6 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 )
 
+// Development against this checkout; ignored by the module's users, who get
+// the required version (see docs/releasing.md).
 replace github.com/herdproof/retryhttp => ../

@@ -3,7 +3,7 @@ module github.com/herdproof/retryhttp/docs/plot
 go 1.25
 
 require (
-	github.com/herdproof/retryhttp v0.0.0
+	github.com/herdproof/retryhttp v0.1.0
 	gonum.org/v1/plot v0.17.0
 )
 
@@ -20,4 +20,6 @@ require (
 	golang.org/x/text v0.28.0 // indirect
 )
 
+// Development against this checkout; ignored by the module's users, who get
+// the required version (see docs/releasing.md).
 replace github.com/herdproof/retryhttp => ../../
