@@ -3,6 +3,9 @@ package otelretry
 import (
 	"context"
 	"net/http"
+	"os"
+	"regexp"
+	"slices"
 	"testing"
 	"testing/synctest"
 
@@ -119,4 +122,99 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("budget.tokens: got attributes %v; want client=orders", gauge.DataPoints[0].Attributes)
 		}
 	})
+}
+
+// TestGuideNames checks docs/guide-metrics.md against what the module
+// emits: every instrument in its table with exactly the attribute keys the
+// table lists, and the values its alert matches.
+func TestGuideNames(t *testing.T) {
+	guide, err := os.ReadFile("../docs/guide-metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		reader := sdkmetric.NewManualReader()
+		m, err := New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		base := rht.NewTransport(rht.Status(503), rht.Status(200), rht.Status(503))
+		tr := &retryhttp.Transport{Base: base, Budget: retryhttp.NewBudget(retryhttp.RetryCost)}
+		m.Instrument(tr, attribute.String("client", "orders"))
+		for range 2 { // the second request finds the budget empty
+			req, _ := http.NewRequest("GET", "http://orders.test/", nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		}
+		got := collect(t, reader)
+
+		row := regexp.MustCompile("(?m)^\\| `(retryhttp\\.[a-z_.]+)` \\| [^|]+ \\| ([^|]+) \\|")
+		rows := row.FindAllSubmatch(guide, -1)
+		if len(rows) != 6 {
+			t.Fatalf("got %d instrument rows in the guide; want 6", len(rows))
+		}
+		for _, r := range rows {
+			name := string(r[1])
+			want := regexp.MustCompile("`([a-z_.]+)`").FindAllStringSubmatch(string(r[2]), -1)
+			var wantKeys []string
+			for _, w := range want {
+				wantKeys = append(wantKeys, w[1])
+			}
+			if name == "retryhttp.budget.tokens" {
+				wantKeys = []string{"client"} // the attributes given to Instrument
+			}
+			md, ok := got[name]
+			if !ok {
+				t.Errorf("%s: in the guide, not emitted", name)
+				continue
+			}
+			for _, keys := range attributeKeys(md) {
+				if !slices.Equal(keys, slices.Sorted(slices.Values(wantKeys))) {
+					t.Errorf("%s: emitted with attributes %v; the guide says %v", name, keys, wantKeys)
+				}
+			}
+		}
+		if len(got) != len(rows) {
+			t.Errorf("got %d instruments emitted; the guide lists %d", len(got), len(rows))
+		}
+		alert := regexp.MustCompile(`retryhttp_reason="([^"]+)"`).FindSubmatch(guide)
+		if alert == nil || string(alert[1]) != retryhttp.StopBudget.String() {
+			t.Errorf("the guide's alert matches reason %q; want %q", alert, retryhttp.StopBudget.String())
+		}
+		if v := sum(t, got["retryhttp.giveups"], attribute.String("http.request.method", "GET"), attribute.String("retryhttp.reason", string(alert[1]))); v != 1 {
+			t.Errorf("giveups with the alert's reason: got %d; want 1", v)
+		}
+	})
+}
+
+// attributeKeys returns the sorted attribute keys of each data point.
+func attributeKeys(md metricdata.Metrics) [][]string {
+	var sets []attribute.Set
+	switch d := md.Data.(type) {
+	case metricdata.Sum[int64]:
+		for _, dp := range d.DataPoints {
+			sets = append(sets, dp.Attributes)
+		}
+	case metricdata.Gauge[int64]:
+		for _, dp := range d.DataPoints {
+			sets = append(sets, dp.Attributes)
+		}
+	case metricdata.Histogram[float64]:
+		for _, dp := range d.DataPoints {
+			sets = append(sets, dp.Attributes)
+		}
+	}
+	var out [][]string
+	for _, s := range sets {
+		var keys []string
+		for _, kv := range s.ToSlice() {
+			keys = append(keys, string(kv.Key))
+		}
+		out = append(out, slices.Sorted(slices.Values(keys)))
+	}
+	return out
 }
