@@ -24,13 +24,18 @@ const (
 // A Budget is a token bucket that pays for retries, so that a client facing a
 // sick dependency stops retrying instead of multiplying the load on it.
 //
-// Each retry takes RetryCost or ThrottleRetryCost tokens before it is made; a
-// retry that succeeds gives its cost back, and a request that succeeds on its
-// first attempt adds SuccessReward. When the bucket cannot pay for a retry,
-// the Transport returns the last result at once. With three attempts the
-// bucket only drains when roughly a fifth of attempts fail, so healthy traffic
-// never notices it; during an outage it caps retries at about one per 14
-// failed requests' worth of tokens.
+// Each retry takes RetryCost (14) or, after a throttling failure,
+// ThrottleRetryCost (5) tokens before it is made. A retry that succeeds gives
+// back its own cost only: the tokens of earlier retries of the same request
+// that failed stay spent. A retry that is never sent (its wait canceled, its
+// body not to be had) gives its cost back. A request that succeeds on its
+// first attempt adds SuccessReward (1), never above the capacity. When the
+// bucket holds less than a retry's cost, the Transport returns the last
+// result at once, with no wait. With three attempts the bucket only drains
+// when about 21% of attempts fail transiently (32% under throttling), so
+// healthy traffic never notices it; during a full outage a full bucket of
+// 500 pays for 35 transient retries (500/14), then every request makes one
+// attempt until first-try successes refill it.
 //
 // A Budget is local to the process: sharing one between Transports makes them
 // share one quota, but it bounds nothing across a fleet. Its methods are safe

@@ -51,10 +51,12 @@ const drainTimeout = 100 * time.Millisecond
 // after its first use.
 //
 // RoundTrip honours the http.RoundTripper contract: it never modifies the
-// caller's request (each attempt sends a copy), always closes the request
-// body, replays the body only through Request.GetBody, drains and closes
-// every response it discards, and returns either a response with a nil error
-// or an error (an *Error) with no response. A retryable response that is not
+// caller's request (an attempt that needs a change, an idempotency key or a
+// fresh body from Request.GetBody, sends a copy; a bodiless request that
+// needs none is sent again as it is), always closes the request body,
+// replays the body only through Request.GetBody, drains (bounded in bytes
+// and time) and closes every response it discards, and returns either a
+// response with a nil error or an error (an *Error) with no response. A retryable response that is not
 // retried (the last attempt's 503, or a 429 when the budget is empty) is
 // returned as it is, with a nil error, as the base transport would.
 type Transport struct {

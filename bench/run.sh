@@ -78,7 +78,9 @@ $(cd "$tmp" && $benchstat contention.txt)
 
 Each implementation is timed against the bare base in 51 alternating blocks
 inside one benchmark; "ratio" is the median of the per-block ratios
-(implementation / base), "extra-ns/req" the median extra time per request.
+(implementation / base), "extra-ns/req" the median extra time per request
+(benchstat prints that unit as "extra-sec/req" with an SI prefix: 34.12n is
+34 ns).
 
 \`\`\`
 $(cd "$tmp" && $benchstat paired.txt)

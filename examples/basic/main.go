@@ -25,7 +25,7 @@ func main() {
 	tr := &retryhttp.Transport{OnAttempt: printAttempt}
 	client := &http.Client{Transport: tr}
 
-	section("1. A blip: 503 twice, then 200. Full-jitter waits, within 50ms and 100ms.")
+	section("1. A blip: 503 twice, then 200. Full-jitter waits: the first in [0, 50ms], the second in [0, 100ms].")
 	show(client.Get(srv.URL + "/blip"))
 
 	section("2. Throttled: 429 with Retry-After: 1. The server's delay wins (1s to 1.1s).")

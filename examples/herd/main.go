@@ -56,7 +56,7 @@ func runModel(seeds int, asJSON bool) {
 		}
 		return
 	}
-	fmt.Printf("The herd model, %d seeds per schedule (median [p5, p95]; ideal: everyone back at %v)\n\n",
+	fmt.Printf("The herd model, %d seeds per schedule (median [p5, p95]; ideal: everyone back at %v s)\n\n",
 		seeds, herd.Standard.Ideal().Seconds())
 	fmt.Printf("%-13s %22s %22s %22s %26s\n", "schedule", "retries", "rejected after 10s", "peak per second", "last client back (s)")
 	for _, s := range sum {

@@ -73,14 +73,16 @@ func runReal(scale time.Duration) {
 		{"full jitter, default budget, 3 attempts", retryhttp.Policy{BaseDelay: s(m.Base), MaxDelay: s(m.Cap)}, nil},
 	}
 	var results []outcome
-	for _, run := range runs {
+	for i, run := range runs {
+		fmt.Printf("\nrun %d of %d: %s ...\n", i+1, len(runs), run.name)
 		o := herdOnce(m, scale, run.policy, run.budget)
 		o.name = run.name
 		results = append(results, o)
-		fmt.Printf("\n%s\n%s", run.name, chart(o.arrivals, m))
+		fmt.Printf("%s", chart(o.arrivals, m))
 	}
 
-	fmt.Printf("\n%-40s %8s %9s %14s %16s %10s\n", "run", "retries", "rejected", "peak/capacity", "last back (s)", "gave up")
+	fmt.Printf("\nAfter the %v outage (attempts during it are all rejected and not counted in those columns):\n", m.Outage)
+	fmt.Printf("%-40s %8s %9s %14s %16s %10s\n", "run", "retries", "rejected", "peak/capacity", "last back (s)", "gave up")
 	for _, o := range results {
 		retries, rejected, peak := 0, 0, 0
 		for k, a := range o.arrivals {
@@ -91,7 +93,11 @@ func runReal(scale time.Duration) {
 		}
 		retries -= m.Clients
 		rejected = retries + m.Clients - o.succeeded - outageAttempts(o.arrivals, m)
-		fmt.Printf("%-40s %8d %9d %13.1fx %16.0f %10d\n", o.name, retries, rejected, float64(peak)/float64(m.Capacity), o.last.Seconds(), m.Clients-o.succeeded)
+		last := "-" // nobody came back
+		if o.succeeded > 0 {
+			last = fmt.Sprintf("%.0f", o.last.Seconds())
+		}
+		fmt.Printf("%-40s %8d %9d %13.1fx %16s %10d\n", o.name, retries, rejected, float64(peak)/float64(m.Capacity), last, m.Clients-o.succeeded)
 	}
 	fmt.Printf("%-40s %8s %9s %13.1fx %16.0f %10d\n", "ideal", "-", "0", 1.0, m.Ideal().Seconds(), 0)
 	fmt.Println(`
@@ -100,11 +106,13 @@ herd, the server admits 100 and rejects the rest, and the stragglers wait
 30 s between bursts. (The model gives exactly 1,000 per burst and the last
 client back at 271 s; here each burst is spread a little by the time the
 machine takes to serve it, which is natural jitter.) Full jitter spreads the
-retries so they arrive near the capacity soon after the outage. With the
-default budget and 3 attempts, nobody herds at all: 500 tokens pay for 35
-retries, then every client fails fast during the outage and its caller
-decides, which is what a budget is for. go run ./examples/herd -model
-gives the exact figures.`)
+retries so they arrive near the capacity soon after the outage. With 3
+attempts every client gives up during the outage, budget or not, so the
+peak after it is the same; what the default budget changes is the retries:
+3 attempts alone would send 2,000 into the outage, the budget's 500 tokens
+pay for 35, then every client fails fast and its caller decides, which is
+what a budget is for. go run ./examples/herd -model gives the exact
+figures.`)
 }
 
 func withJitter(p retryhttp.Policy, j retryhttp.Jitter) retryhttp.Policy {

@@ -45,7 +45,11 @@ func main() {
 	tr := &retryhttp.Transport{
 		Policy: integration.AWSPolicy(), // AWS error bodies classified; the SDK's invocation id as the key
 		OnAttempt: func(a retryhttp.Attempt) {
-			fmt.Printf("attempt %d: %d %v -> %v %v\n", a.Number, a.Status, a.Class, a.Decision, a.DelaySource)
+			if a.Decision == retryhttp.Retry {
+				fmt.Printf("attempt %d: %d %v -> retry in %v (%v)\n", a.Number, a.Status, a.Class, a.Delay, a.DelaySource)
+			} else {
+				fmt.Printf("attempt %d: %d %v -> %v\n", a.Number, a.Status, a.Class, a.Decision)
+			}
 		},
 	}
 	client := dynamodb.New(dynamodb.Options{
