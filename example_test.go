@@ -138,3 +138,35 @@ func ExampleJitter_Delay() {
 	fmt.Println()
 	// Output: 1s 2s 4s 8s 16s 30s
 }
+
+// A Report says what happened to one request, also when a response came
+// back with a nil error: here the budget (one retry's worth of tokens) cut
+// retrying short, and the caller still got the server's 503.
+func ExampleWithReport() {
+	srv, _ := flaky(1000) // down
+	defer srv.Close()
+
+	tr := &retryhttp.Transport{
+		Budget: retryhttp.NewBudget(retryhttp.RetryCost),
+		Policy: retryhttp.Policy{Jitter: retryhttp.NoJitter, BaseDelay: 10 * time.Millisecond},
+	}
+	req, _ := http.NewRequest("GET", srv.URL, nil)
+	var rep retryhttp.Report
+	req = req.WithContext(retryhttp.WithReport(req.Context(), &rep))
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	resp.Body.Close()
+	fmt.Println("status", resp.StatusCode, "error", err)
+	for _, a := range rep.Attempts {
+		fmt.Printf("attempt %d: %d -> %v\n", a.Number, a.Status, a.Decision)
+	}
+	fmt.Println("stopped:", rep.Decision, "after waiting", rep.Waited)
+	// Output:
+	// status 503 error <nil>
+	// attempt 1: 503 -> retry
+	// attempt 2: 503 -> retry budget exhausted
+	// stopped: retry budget exhausted after waiting 10ms
+}

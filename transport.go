@@ -187,12 +187,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		unpaid    int64 // tokens taken for a retry not sent yet
 	)
 	// A Classify, OnAttempt or Logger that panics must not leave a body
-	// open, a Timeout running or a retry's tokens spent: clean up, then let
-	// the panic go on.
+	// open, a Timeout running or a retry's tokens spent. Every return sets
+	// returned, so the cleanup runs only on the way out of a panic, which
+	// then goes on to the caller untouched.
+	returned := false
 	defer func() {
-		if r := recover(); r != nil {
+		if !returned {
 			t.abandon(resp, release, cancel, next, out, unpaid)
-			panic(r)
 		}
 	}()
 	for n := 1; ; n++ {
@@ -239,16 +240,18 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 		if decision != Retry {
 			report.finish(decision)
-			if resp != nil && resp.StatusCode == http.StatusSwitchingProtocols {
-				// The upgraded connection is the caller's, outside the
-				// attempt's and the Timeout's reach (net/http stops watching
-				// the context once it hands the connection over).
-				releaseAll(release, cancel)
-				return resp, nil
-			}
+			returned = true
 			if resp != nil {
 				if release != nil || cancel != nil {
-					resp.Body = onClose(resp.Body, release, cancel)
+					if resp.StatusCode == http.StatusSwitchingProtocols {
+						// The upgraded connection is the caller's, outside
+						// the attempt's and the Timeout's reach (net/http
+						// stops watching the context once it hands the
+						// connection over).
+						releaseAll(release, cancel)
+					} else {
+						resp.Body = onClose(resp.Body, release, cancel)
+					}
 				}
 				return resp, nil
 			}
@@ -274,6 +277,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				cancel()
 			}
 			report.finish(StopCanceled)
+			returned = true
 			cause := werr
 			if err != nil {
 				cause = fmt.Errorf("%w; last attempt: %w", werr, err)

@@ -73,16 +73,19 @@ func TestTargets(t *testing.T) {
 	ns4, by4, al4 := extra(success, "POST", 4<<10)
 	_, by64, al64 := extra(success, "POST", 64<<10)
 	row("POST success: no bytes that grow with the body", fmt.Sprintf("%+d B at 4 KiB, %+d B at 64 KiB", by4, by64), by4 == by64)
-	row("POST success: the key within +1 µs and 5 allocations", fmt.Sprintf("%+.0f ns, %+d allocs", ns4, al4), ns4 <= 1000 && al4 <= 5)
+	row("POST success: the key within +400 ns and 3 allocations", fmt.Sprintf("%+.0f ns, %+d allocs", ns4, al4), ns4 <= 400 && al4 <= 3)
 	if by4 != by64 || al4 != al64 {
 		t.Errorf("POST success: got %+d B / %+d allocs at 4 KiB and %+d B / %+d allocs at 64 KiB; want the same (no buffering)", by4, al4, by64, al64)
 	}
-	if al4 > 5 {
-		t.Errorf("POST success: got %+d allocs over the base; want at most 5", al4)
+	if al4 > 3 {
+		t.Errorf("POST success: got %+d allocs over the base; want at most 3 (the request copy with the key, the header map and its group)", al4)
 	}
 
 	nsr, _, alr := extra(retry, "GET", 0)
-	row("retry path: at most +300 ns and 3 allocations per retry", fmt.Sprintf("%+.0f ns, %+d allocs", nsr, alr), nsr <= 300 && alr <= 3)
+	// The drain of the discarded body is bounded in time by a timer (about
+	// 200 ns and 2 allocations): the price of never letting a stalled body
+	// hold the request.
+	row("retry path: at most +600 ns and 3 allocations per retry", fmt.Sprintf("%+.0f ns, %+d allocs", nsr, alr), nsr <= 600 && alr <= 3)
 	if alr > 3 {
 		t.Errorf("retry path: got %+d allocs over two plain calls; want at most 3", alr)
 	}
