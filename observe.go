@@ -37,6 +37,10 @@ const (
 	StopNotIdempotent
 	// StopCanceled: the request's context ended, during an attempt or a wait.
 	StopCanceled
+	// StopDownstream: the response said that retrying was already done and
+	// used up further down (ExhaustedHeader, or another system's "do not
+	// retry" signal). It is returned at once, at no cost to the Budget.
+	StopDownstream
 )
 
 func (d Decision) String() string {
@@ -59,6 +63,8 @@ func (d Decision) String() string {
 		return "not idempotent"
 	case StopCanceled:
 		return "canceled"
+	case StopDownstream:
+		return "retried downstream"
 	}
 	return "decision(" + itoa(int(d)) + ")"
 }

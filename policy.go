@@ -89,6 +89,13 @@ type Policy struct {
 	// form, e.g. "3f1c56a4-8c2e-4c4b-9a57-2b1e7b0d2f61".
 	NewIdempotencyKey func() string
 
+	// SendAttemptHeader makes every attempt carry its number, 1 for the
+	// first, in AttemptHeader ("Retry-Attempt: 2"), so that servers and
+	// their logs can tell first tries from retries (RequestAttempt reads
+	// it). Off by default: it costs a copy of the request and its header per
+	// attempt.
+	SendAttemptHeader bool
+
 	// NoIdempotencyKeys turns key generation off. A POST or PATCH is then
 	// retried only if the caller set the key header itself, or after a
 	// failure that proves the request was never sent (the connection could

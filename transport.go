@@ -200,11 +200,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if observe {
 			start = time.Now()
 		}
+		sent := out
+		if p.SendAttemptHeader {
+			sent = withAttemptHeader(out, n)
+		}
 		var timer *time.Timer
-		resp, release, timer, err = t.send(base, out)
+		resp, release, timer, err = t.send(base, sent)
 		class := p.classify(resp, err)
 		if timer != nil {
-			resp, release, err, class = t.settle(out, timer, resp, release, err, class)
+			resp, release, err, class = t.settle(sent, timer, resp, release, err, class)
 		}
 
 		decision := Done
@@ -234,12 +238,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 
 		if observe {
-			t.observe(ctx, report, Attempt{Request: out, Number: n, Err: err, Class: class, Decision: decision,
+			t.observe(ctx, report, Attempt{Request: sent, Number: n, Err: err, Class: class, Decision: decision,
 				Delay: delay, DelaySource: src, Tokens: budget.Available(), Duration: time.Since(start)}, resp)
 		}
 
 		if decision != Retry {
 			report.finish(decision)
+			markLayer(ctx, decision, maxAttempts)
 			returned = true
 			if resp != nil {
 				if release != nil || cancel != nil {
@@ -402,6 +407,8 @@ func (t *Transport) decide(ctx context.Context, n, maxAttempts int, class Class,
 	switch {
 	case ctx.Err() != nil:
 		return StopCanceled, 0, FromBackoff, 0
+	case resp != nil && noRetrySignal(resp.Header):
+		return StopDownstream, 0, FromBackoff, 0
 	case n >= maxAttempts:
 		return StopAttempts, 0, FromBackoff, 0
 	case !replayable:

@@ -1,6 +1,7 @@
 // Command plot draws the herd model's arrivals per second, one PNG per
-// schedule, into docs/img. It is a module of its own so that gonum/plot stays
-// out of the library's dependencies. From the repository root:
+// schedule, and the layered chains with and without retryhttp.Handler, into
+// docs/img. It is a module of its own so that gonum/plot stays out of the
+// library's dependencies. From the repository root:
 //
 //	(cd docs/plot && go run . -out ../img)
 package main
@@ -16,19 +17,86 @@ import (
 	"github.com/herdproof/retryhttp/internal/herd"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 )
 
 func main() {
 	out := flag.String("out", "../img", "folder for the PNG files")
 	seed := flag.Uint64("seed", 0, "the seed of the jittered runs")
+	requests := flag.Int("requests", 3000, "requests per flaky layered chain")
 	flag.Parse()
+	herdCharts(*out, *seed)
+	layerCharts(*out, *requests)
+}
 
+// layerCharts draws docs/herd.md's layered chains: attempts at the bottom
+// per request and the end-to-end success rate, for k = 1 to 4 layers that
+// each retry, with and without retryhttp.Handler, in front of a bottom that
+// fails 30% of its attempts at random.
+func layerCharts(out string, requests int) {
+	chains, _ := herd.SignalChains(requests)
+	series := func(bottom string, signal bool, y func(herd.ChainResult) float64) plotter.XYs {
+		var pts plotter.XYs
+		for _, c := range chains {
+			if c.Bottom == bottom && c.Signal == signal {
+				pts = append(pts, plotter.XY{X: float64(c.Layers), Y: y(c)})
+			}
+		}
+		return pts
+	}
+	mean := func(c herd.ChainResult) float64 { return c.AttemptsPerRequest }
+	most := func(c herd.ChainResult) float64 { return float64(c.MostAttempts) }
+	success := func(c herd.ChainResult) float64 { return 100 * c.SuccessRate }
+
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Bottom fails 30%% of attempts (%d requests): attempts reaching it", requests)
+	p.X.Label.Text = "retrying layers (k), 3 attempts each"
+	p.Y.Label.Text = "bottom attempts per request"
+	p.X.Min, p.X.Max = 0.8, 4.2
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = plot.ConstantTicks([]plot.Tick{{Value: 1, Label: "1"}, {Value: 3, Label: "3"}, {Value: 9, Label: "9"}, {Value: 27, Label: "27"}, {Value: 81, Label: "81"}})
+	p.Y.Min, p.Y.Max = 1, 90
+	if err := plotutil.AddLinePoints(p,
+		"most, without the signal", series("flaky", false, most),
+		"most, with retryhttp.Handler", series("flaky", true, most),
+		"mean, without the signal", series("flaky", false, mean),
+		"mean, with retryhttp.Handler", series("flaky", true, mean)); err != nil {
+		log.Fatal(err)
+	}
+	p.Legend.Top = true
+	p.Legend.Left = true
+	save(p, filepath.Join(out, "layers-attempts.png"))
+
+	p = plot.New()
+	p.Title.Text = fmt.Sprintf("Bottom fails 30%% of attempts (%d requests): requests that succeed", requests)
+	p.X.Label.Text = "retrying layers (k), 3 attempts each"
+	p.Y.Label.Text = "success end to end (%)"
+	p.X.Min, p.X.Max = 0.8, 4.2
+	p.Y.Min, p.Y.Max = 90, 100.5
+	if err := plotutil.AddLinePoints(p,
+		"without the signal", series("flaky", false, success),
+		"with retryhttp.Handler", series("flaky", true, success)); err != nil {
+		log.Fatal(err)
+	}
+	p.Legend.Top = false
+	p.Legend.Left = true
+	save(p, filepath.Join(out, "layers-success.png"))
+}
+
+func save(p *plot.Plot, file string) {
+	if err := p.Save(6*vg.Inch, 4*vg.Inch, file); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("wrote", file)
+}
+
+func herdCharts(out string, seed uint64) {
 	m := herd.Standard
 	runs := map[retryhttp.Jitter]herd.Result{}
 	top := 0 // one y scale for all four charts
 	for _, j := range herd.Schedules {
-		r := m.Run(j, herd.Rand(*seed))
+		r := m.Run(j, herd.Rand(seed))
 		runs[j] = r
 		for _, a := range r.Arrivals {
 			top = max(top, a)
@@ -72,7 +140,7 @@ func main() {
 		p.Legend.Add(fmt.Sprintf("capacity (%d/s after %v)", m.Capacity, m.Outage), capacity)
 		p.Legend.Top = true
 
-		file := filepath.Join(*out, "herd-"+j.String()+".png")
+		file := filepath.Join(out, "herd-"+j.String()+".png")
 		if err := p.Save(9*vg.Inch, 4*vg.Inch, file); err != nil {
 			log.Fatal(err)
 		}

@@ -6,6 +6,7 @@
 //	go run ./examples/herd -model -json        # the same, as JSON
 //	go run ./examples/herd -budget             # when the retry budget starts to drain
 //	go run ./examples/herd -layers             # retries multiplying through layers
+//	go run ./examples/herd -layers -json       # with and without retryhttp.Handler, as JSON
 //
 // The herd: 1,000 clients fail at t = 0; the server is down for 10 s, then
 // serves 100 requests per second and rejects the rest; every client retries
@@ -26,9 +27,9 @@ import (
 func main() {
 	model := flag.Bool("model", false, "run the discrete-event model instead of real clients")
 	seeds := flag.Int("seeds", 20, "with -model: seeds per schedule")
-	asJSON := flag.Bool("json", false, "with -model: print JSON")
+	asJSON := flag.Bool("json", false, "with -model or -layers: print JSON")
 	budget := flag.Bool("budget", false, "measure the retry budget around its break-even point")
-	requests := flag.Int("requests", 100_000, "with -budget: requests per point")
+	requests := flag.Int("requests", 0, "with -budget: requests per point (default 100,000); with -layers: requests per flaky chain (default 1,000)")
 	layers := flag.Bool("layers", false, "measure retries through 1 to 4 layers of services")
 	scale := flag.Float64("scale", 0.15, "real clients: wall-clock seconds per model second")
 	flag.Parse()
@@ -37,12 +38,19 @@ func main() {
 	case *model:
 		runModel(*seeds, *asJSON)
 	case *budget:
-		runBudget(*requests)
+		runBudget(orDefault(*requests, 100_000))
 	case *layers:
-		runLayers()
+		runLayers(orDefault(*requests, 1000), *asJSON)
 	default:
 		runReal(time.Duration(*scale * float64(time.Second)))
 	}
+}
+
+func orDefault(n, def int) int {
+	if n <= 0 {
+		return def
+	}
+	return n
 }
 
 func runModel(seeds int, asJSON bool) {
@@ -86,7 +94,17 @@ func runBudget(requests int) {
 	}
 }
 
-func runLayers() {
+func runLayers(requests int, asJSON bool) {
+	if asJSON {
+		chains, mixed := herd.SignalChains(requests)
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(map[string]any{"chains": chains, "mixed": mixed}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 	quick := retryhttp.Policy{BaseDelay: time.Microsecond, MaxDelay: time.Millisecond}
 	// every makes each layer's Transport: 3 attempts, or 1 above the
 	// layer next to the dependency; a budget of its own, or none.
@@ -118,4 +136,22 @@ func runLayers() {
 			measure(k, 100, true, false), measure(k, 1000, true, true))
 	}
 	fmt.Println("(the budgeted columns: 1,000 requests each, in one sustained outage)")
+
+	chains, mixed := herd.SignalChains(requests)
+	fmt.Println()
+	fmt.Println("Every layer retrying (3 attempts, no budget), with and without retryhttp.Handler,")
+	fmt.Printf("in front of a bottom that is down or fails 30%% of attempts at random (%d requests a flaky chain)\n", requests)
+	fmt.Printf("%-3s %-7s %36s   %36s\n", "", "", "without the signal", "with retryhttp.Handler")
+	fmt.Printf("%-3s %-7s %12s %12s %10s   %12s %12s %10s\n", "k", "bottom", "attempts/req", "most/req", "success", "attempts/req", "most/req", "success")
+	for i := 0; i+1 < len(chains); i += 2 {
+		off, on := chains[i], chains[i+1]
+		fmt.Printf("%-3d %-7s %12.2f %12d %9.1f%%   %12.2f %12d %9.1f%%\n", off.Layers, off.Bottom,
+			off.AttemptsPerRequest, off.MostAttempts, 100*off.SuccessRate,
+			on.AttemptsPerRequest, on.MostAttempts, 100*on.SuccessRate)
+	}
+	fmt.Println()
+	fmt.Println("Four layers under the signal but one, bottom down: attempts at the bottom per request")
+	for _, m := range mixed {
+		fmt.Printf("  layer %d without the middleware: %.0f\n", m.Without, m.AttemptsPerRequest)
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -40,5 +41,39 @@ func TestChart(t *testing.T) {
 	}
 	if !strings.HasPrefix(lines[9], "  100 │█─█─") {
 		t.Errorf("capacity row: got %q; want the line between the columns", lines[9])
+	}
+}
+
+func TestLayersJSON(t *testing.T) {
+	chains, mixed := herd.SignalChains(200)
+	if len(chains) != 16 {
+		t.Fatalf("got %d chains; want 16 (k = 1..4, signal off and on, down and flaky)", len(chains))
+	}
+	for _, c := range chains {
+		if c.Bottom != "down" {
+			continue
+		}
+		want := 3.0
+		if !c.Signal {
+			want = math.Pow(3, float64(c.Layers))
+		}
+		if c.AttemptsPerRequest != want || c.SuccessRate != 0 {
+			t.Errorf("k = %d, signal %v, down: got %.2f attempts a request and %.2f success; want %.0f and 0", c.Layers, c.Signal, c.AttemptsPerRequest, c.SuccessRate, want)
+		}
+	}
+	for i := 8; i < 16; i += 2 {
+		off, on := chains[i], chains[i+1]
+		if on.AttemptsPerRequest > off.AttemptsPerRequest {
+			t.Errorf("k = %d, flaky: got %.2f attempts a request with the signal, %.2f without; want no more", on.Layers, on.AttemptsPerRequest, off.AttemptsPerRequest)
+		}
+	}
+	for _, m := range mixed {
+		want := 9.0
+		if m.Without == 1 {
+			want = 3
+		}
+		if m.AttemptsPerRequest != want {
+			t.Errorf("layer %d without the middleware: got %.0f attempts a request; want %.0f", m.Without, m.AttemptsPerRequest, want)
+		}
 	}
 }

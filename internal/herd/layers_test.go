@@ -58,3 +58,60 @@ func TestBudgetsBoundLayers(t *testing.T) {
 	}
 	t.Logf("3 layers, default budgets: %d attempts at the bottom for %d requests (%.2f each; 27 without budgets)", got, requests, float64(got)/requests)
 }
+
+// With every layer under retryhttp.Handler, the layer next to the failing
+// dependency retries and the ones above return its failure at once: 3
+// attempts at the bottom for one request, for any k, where 3^k reach it
+// without the signal.
+func TestSignalStopsMultiplication(t *testing.T) {
+	for k := 1; k <= 4; k++ {
+		for _, signal := range []bool{false, true} {
+			c := StartChain(ChainConfig{K: k,
+				Transport: func(int) *retryhttp.Transport {
+					return &retryhttp.Transport{Policy: quick, Budget: retryhttp.UnlimitedBudget()}
+				},
+				Signal: func(int) bool { return signal },
+			})
+			got, ok := c.Run(1)
+			c.Close()
+			want := int64(3)
+			if !signal {
+				want = 1
+				for range k {
+					want *= 3
+				}
+			}
+			if got != want || ok != 0 {
+				t.Errorf("k = %d, signal %v: got %d attempts at the bottom and %d successes; want %d and 0", k, signal, got, ok, want)
+			}
+		}
+	}
+}
+
+// A chain whose layer m does not run the middleware: multiplication starts
+// again from that layer up, and never exceeds the chain without signals.
+func TestSignalGapRestartsMultiplication(t *testing.T) {
+	const k = 4
+	for m := 1; m <= k; m++ {
+		c := StartChain(ChainConfig{K: k,
+			Transport: func(int) *retryhttp.Transport {
+				return &retryhttp.Transport{Policy: quick, Budget: retryhttp.UnlimitedBudget()}
+			},
+			Signal: func(i int) bool { return i != m },
+		})
+		got, _ := c.Run(1)
+		c.Close()
+		// Layer m still honours the signal from below (one call), but says
+		// nothing above: layer m-1 retries it, 3 calls of 3 bottom
+		// attempts, and its own signal stops the layers above it. With no
+		// layer above (m = 1), only the top-level caller is left, which
+		// does not retry.
+		want := int64(9)
+		if m == 1 {
+			want = 3
+		}
+		if got != want || got > 81 {
+			t.Errorf("layer %d without the middleware: got %d attempts at the bottom; want %d (and never above 81)", m, got, want)
+		}
+	}
+}

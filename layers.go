@@ -1,0 +1,240 @@
+package retryhttp
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+)
+
+// Retries multiply through layers: k services that each make 3 attempts send
+// 3^k to the bottom. The rule (Google SRE book, "Handling Overload" and
+// "Addressing Cascading Failures") is that only the layer directly above the
+// failing dependency retries; the layers further up return the error at
+// once, told by a signal on the wire that retrying is over. This file is
+// that signal: Handler adds it to a service's error responses when the
+// service's own outgoing calls had already used up their retries, and the
+// Transport does not retry a response that carries it.
+
+// ExhaustedHeader is the response header that says "retries for this request
+// were already made, and used up, further down: do not retry it". Its value
+// names the reason: "attempts", "budget", "server-delay" or "downstream".
+// Handler adds it; the Transport stops on it (StopDownstream).
+//
+// The Transport also honours the signals other systems put on the wire for
+// the same meaning: Finagle's "finagle-http-nonretryable-nack" header, and
+// gRPC's "grpc-retry-pushback-ms" with a negative or malformed value.
+const ExhaustedHeader = "Retries-Exhausted"
+
+// Headers of other systems that mean "do not retry this response".
+const (
+	finagleNonRetryableNack = "Finagle-Http-Nonretryable-Nack"
+	grpcRetryPushback       = "Grpc-Retry-Pushback-Ms"
+)
+
+// noRetrySignal reports whether h carries a "do not retry" signal: ours,
+// Finagle's non-retryable nack, or a gRPC pushback that refuses retries.
+func noRetrySignal(h http.Header) bool {
+	if len(h[ExhaustedHeader]) > 0 || len(h[finagleNonRetryableNack]) > 0 {
+		return true
+	}
+	if vs := h[grpcRetryPushback]; len(vs) > 0 {
+		// gRPC (A6, retry design): a non-negative integer is a delay in
+		// milliseconds; anything else means "do not retry".
+		ms, err := strconv.ParseInt(strings.TrimSpace(vs[0]), 10, 64)
+		return err != nil || ms < 0
+	}
+	return false
+}
+
+// exhaustedReason returns the ExhaustedHeader value for a final decision
+// that ended retrying because retries were used up or refused, and "" for
+// any other: a request that succeeded, failed permanently, was canceled, or
+// made only its one allowed attempt (a layer with MaxAttempts 1 retries
+// nothing, so the layer above it may).
+func exhaustedReason(d Decision, maxAttempts int) string {
+	switch d {
+	case StopAttempts:
+		if maxAttempts > 1 {
+			return "attempts"
+		}
+	case StopBudget:
+		return "budget"
+	case StopServerDelay:
+		return "server-delay"
+	case StopDownstream:
+		return "downstream"
+	}
+	return ""
+}
+
+// AttemptHeader is the request header that carries the attempt number,
+// 1 for the first, when Policy.SendAttemptHeader is set.
+const AttemptHeader = "Retry-Attempt"
+
+// RequestAttempt reports which attempt of its client the inbound request r
+// is, from AttemptHeader, Envoy's x-envoy-attempt-count or the AWS SDKs'
+// amz-sdk-request (attempt=N): 1 is a first attempt, more is a retry. It
+// returns 0 when the request carries none of them.
+func RequestAttempt(r *http.Request) int {
+	for _, name := range []string{AttemptHeader, "X-Envoy-Attempt-Count"} {
+		if v := r.Header.Get(name); v != "" {
+			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n > 0 {
+				return n
+			}
+		}
+	}
+	if v := r.Header.Get("Amz-Sdk-Request"); v != "" {
+		for part := range strings.SplitSeq(v, ";") {
+			k, val, ok := strings.Cut(strings.TrimSpace(part), "=")
+			if ok && k == "attempt" {
+				if n, err := strconv.Atoi(val); err == nil && n > 0 {
+					return n
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// Handler wraps a service's handler so that its error responses tell the
+// layer above not to retry when retrying has already been done below.
+//
+// While next handles a request, every Transport call made with the request's
+// context (or one derived from it, as http.NewRequestWithContext(r.Context(),
+// ...) and httputil.ReverseProxy make) reports how it ended. If one of them
+// ended with its retries used up or refused (attempts exhausted, the budget
+// empty, a server-requested wait too long, or a downstream response that
+// itself carried the signal), then a response that next writes with a 5xx or
+// 429 status carries ExhaustedHeader. A response written for any other
+// reason carries nothing: if the service sheds load itself, or fails on its
+// own, the layer directly above is the one that should retry. A 2xx, 3xx or
+// 4xx other than 429 never carries it.
+//
+// The ResponseWriter that next sees keeps http.Flusher and http.Hijacker,
+// and unwraps (Unwrap) for http.ResponseController. A request costs two
+// allocations (the request's copy with the new context, and the writer that
+// holds the state); nothing else happens unless a call fails.
+func Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		lw := &layerWriter{rw: w}
+		lw.ctx.Context = r.Context()
+		next.ServeHTTP(lw, r.WithContext(&lw.ctx))
+	})
+}
+
+// layerState is what a Handler learns from the calls made under it.
+type layerState struct {
+	exhausted atomic.Pointer[string] // the first reason seen
+}
+
+func (s *layerState) markExhausted(reason string) {
+	s.exhausted.CompareAndSwap(nil, &reason)
+}
+
+// layerContext is the inbound request's context with the Handler's state
+// attached, in one allocation with the writer.
+type layerContext struct {
+	context.Context
+	state layerState
+}
+
+type layerKey struct{}
+
+func (c *layerContext) Value(key any) any {
+	if key == (layerKey{}) {
+		return &c.state
+	}
+	return c.Context.Value(key)
+}
+
+// layerFrom returns the state of the Handler serving the request that ctx
+// belongs to, or nil.
+func layerFrom(ctx context.Context) *layerState {
+	s, _ := ctx.Value(layerKey{}).(*layerState)
+	return s
+}
+
+// markLayer tells the Handler serving the request that ctx belongs to, if
+// any, that this call ended with its retries used up or refused.
+func markLayer(ctx context.Context, d Decision, maxAttempts int) {
+	if reason := exhaustedReason(d, maxAttempts); reason != "" {
+		if s := layerFrom(ctx); s != nil {
+			s.markExhausted(reason)
+		}
+	}
+}
+
+// withAttemptHeader returns a copy of out whose header carries the attempt
+// number n.
+func withAttemptHeader(out *http.Request, n int) *http.Request {
+	r := shallowCopy(out)
+	r.Header = cloneHeaderWith(out.Header, AttemptHeader, itoa(n), nil)
+	return r
+}
+
+// layerWriter adds the signal to an error response when the state says so.
+// It holds the request's new context, so that one allocation serves both.
+type layerWriter struct {
+	ctx         layerContext
+	rw          http.ResponseWriter
+	wroteHeader bool
+}
+
+func (w *layerWriter) Header() http.Header { return w.rw.Header() }
+
+func (w *layerWriter) WriteHeader(code int) {
+	if !w.wroteHeader && code >= 200 {
+		w.wroteHeader = true
+		if code >= 500 || code == http.StatusTooManyRequests {
+			if reason := w.ctx.state.exhausted.Load(); reason != nil {
+				w.rw.Header().Set(ExhaustedHeader, *reason)
+			}
+		}
+	}
+	w.rw.WriteHeader(code)
+}
+
+func (w *layerWriter) Write(b []byte) (int, error) {
+	if !w.wroteHeader {
+		w.wroteHeader = true // an implicit 200: no signal
+	}
+	return w.rw.Write(b)
+}
+
+// ReadFrom keeps the underlying writer's io.ReaderFrom (sendfile for files).
+func (w *layerWriter) ReadFrom(r io.Reader) (int64, error) {
+	if !w.wroteHeader {
+		w.wroteHeader = true
+	}
+	if rf, ok := w.rw.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(struct{ io.Writer }{w.rw}, r)
+}
+
+// Flush implements http.Flusher when the underlying writer can flush.
+func (w *layerWriter) Flush() {
+	if !w.wroteHeader {
+		w.wroteHeader = true
+	}
+	http.NewResponseController(w.rw).Flush()
+}
+
+// Hijack implements http.Hijacker when the underlying writer can hijack.
+func (w *layerWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(w.rw).Hijack()
+}
+
+// Unwrap gives http.ResponseController the underlying writer.
+func (w *layerWriter) Unwrap() http.ResponseWriter { return w.rw }
+
+var (
+	_ http.Flusher    = (*layerWriter)(nil)
+	_ http.Hijacker   = (*layerWriter)(nil)
+	_ context.Context = (*layerContext)(nil)
+)
