@@ -170,3 +170,45 @@ func ExampleWithReport() {
 	// attempt 2: 503 -> retry budget exhausted
 	// stopped: retry budget exhausted after waiting 10ms
 }
+
+// Two services in a chain, each retrying with 3 attempts, each wrapped in
+// Handler. The bottom is down: the service next to it retries it (3
+// attempts), then answers 503 with Retries-Exhausted, and the gateway above
+// passes that 503 on at once instead of retrying it (which would have made
+// 9 attempts at the bottom).
+func ExampleHandler() {
+	var bottomCalls atomic.Int32
+	bottom := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		bottomCalls.Add(1)
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer bottom.Close()
+
+	// service calls next with the inbound request's context.
+	service := func(next string) *httptest.Server {
+		client := &http.Client{Transport: &retryhttp.Transport{Policy: retryhttp.Policy{BaseDelay: time.Millisecond}}}
+		return httptest.NewServer(retryhttp.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			req, _ := http.NewRequestWithContext(r.Context(), "GET", next, nil)
+			resp, err := client.Do(req)
+			if err != nil {
+				w.WriteHeader(http.StatusBadGateway)
+				return
+			}
+			resp.Body.Close()
+			w.WriteHeader(resp.StatusCode)
+		})))
+	}
+	inventory := service(bottom.URL)
+	defer inventory.Close()
+	gateway := service(inventory.URL)
+	defer gateway.Close()
+
+	resp, err := http.Get(gateway.URL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	resp.Body.Close()
+	fmt.Println(resp.StatusCode, resp.Header.Get(retryhttp.ExhaustedHeader), "after", bottomCalls.Load(), "attempts at the bottom")
+	// Output: 503 downstream after 3 attempts at the bottom
+}

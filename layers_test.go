@@ -281,3 +281,28 @@ func BenchmarkHandler(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkHandlerLoopback is BenchmarkHandler over a real loopback server
+// and client: what a service would see.
+func BenchmarkHandlerLoopback(b *testing.B) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	for _, c := range []struct {
+		name string
+		h    http.Handler
+	}{{"bare", h}, {"Handler", Handler(h)}} {
+		b.Run(c.name, func(b *testing.B) {
+			srv := httptest.NewServer(c.h)
+			defer srv.Close()
+			client := srv.Client()
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := client.Get(srv.URL)
+				if err != nil {
+					b.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+}
