@@ -122,3 +122,33 @@ func BenchmarkIdempotencyKey(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkBudgets compares the success path (one Deposit per request) of
+// the token bucket and the ratio budget, sequential and under b.RunParallel.
+func BenchmarkBudgets(b *testing.B) {
+	get, _ := http.NewRequest("GET", "http://example.test/", nil)
+	for _, c := range []struct {
+		name   string
+		budget func() RetryBudget
+	}{
+		{"token-bucket", func() RetryBudget { return NewBudget(DefaultBudgetTokens) }},
+		{"ratio", func() RetryBudget { return &RatioBudget{} }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			tr := &Transport{Base: newStub(200), Budget: c.budget()}
+			b.ReportAllocs()
+			for b.Loop() {
+				tr.RoundTrip(get)
+			}
+		})
+		b.Run(c.name+"/parallel", func(b *testing.B) {
+			tr := &Transport{Base: newStub(200), Budget: c.budget()}
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					tr.RoundTrip(get)
+				}
+			})
+		})
+	}
+}

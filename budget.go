@@ -21,6 +21,34 @@ const (
 	SuccessReward = 1
 )
 
+// A RetryBudget decides whether a retry may be made, so that a client facing a
+// sick dependency stops retrying instead of multiplying the load on it. The
+// Transport's Budget field takes any implementation: *Budget (the AWS SDKs'
+// token bucket, the default), *RatioBudget (retries as a share of recent
+// requests), or one of your own, such as a budget a whole fleet shares
+// (the redisbudget module).
+//
+// The Transport calls the methods from the goroutines that call RoundTrip,
+// so they must be safe for concurrent use; Deposit runs on every request and
+// should cost next to nothing.
+type RetryBudget interface {
+	// Deposit is called once per request, after its first attempt;
+	// success reports whether that attempt succeeded.
+	Deposit(success bool)
+	// Withdraw is called before each retry, after a failure of class c
+	// (Transient or Throttling). It reports whether the retry may be made
+	// and what it cost, which the Transport may later pass to Refund.
+	Withdraw(c Class) (cost int64, ok bool)
+	// Refund is called with the cost of a retry that Withdraw allowed,
+	// once that retry succeeded (sent is true), or when it was never sent:
+	// its wait was canceled, its body could not be had again, a hook
+	// panicked (sent is false). A failed retry is not refunded.
+	Refund(cost int64, sent bool)
+	// Available reports what the budget holds now, in its own unit, for
+	// hooks, logs and metrics.
+	Available() int
+}
+
 // A Budget is a token bucket that pays for retries, so that a client facing a
 // sick dependency stops retrying instead of multiplying the load on it.
 //
@@ -41,6 +69,7 @@ const (
 // share one quota, but it bounds nothing across a fleet. Its methods are safe
 // for concurrent use and lock-free. Make one with NewBudget or
 // UnlimitedBudget; the zero Budget holds no tokens and refuses every retry.
+// It implements RetryBudget.
 type Budget struct {
 	tokens    atomic.Int64
 	capacity  int64
@@ -78,6 +107,23 @@ func (b *Budget) Capacity() int {
 	}
 	return int(b.capacity)
 }
+
+// Deposit adds SuccessReward when the request's first attempt succeeded.
+func (b *Budget) Deposit(success bool) {
+	if success {
+		b.give(SuccessReward) // only reads when the bucket is full
+	}
+}
+
+// Withdraw takes the cost of a retry after a failure of class c: RetryCost,
+// or ThrottleRetryCost after throttling.
+func (b *Budget) Withdraw(c Class) (cost int64, ok bool) {
+	cost = c.retryCost()
+	return cost, b.take(cost)
+}
+
+// Refund gives the cost back, whether the retry succeeded or was never sent.
+func (b *Budget) Refund(cost int64, sent bool) { b.give(cost) }
 
 // take removes cost tokens if the bucket holds that many and reports whether
 // it did.

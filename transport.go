@@ -21,6 +21,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"sync"
 	"time"
 
@@ -70,10 +71,12 @@ type Transport struct {
 	// the recommended one; see Policy.
 	Policy Policy
 
-	// Budget pays for retries. Nil means a private budget of
-	// DefaultBudgetTokens made on first use; give several Transports the
-	// same Budget to make them share one quota.
-	Budget *Budget
+	// Budget pays for retries. Nil (or a nil *Budget) means a private
+	// token bucket of DefaultBudgetTokens made on first use; give several
+	// Transports the same Budget to make them share one quota. Any
+	// RetryBudget will do: a *Budget, a *RatioBudget, or one shared by a
+	// fleet.
+	Budget RetryBudget
 
 	// OnAttempt, if not nil, is called after every attempt, once the
 	// decision about it is made and before any wait, on the goroutine that
@@ -92,6 +95,7 @@ type Transport struct {
 	once          sync.Once
 	defaultBase   http.RoundTripper
 	defaultBudget *Budget
+	setBudget     RetryBudget // Budget, unless it is a nil pointer
 	keys          keySource
 }
 
@@ -101,22 +105,31 @@ func (t *Transport) init() {
 		base.OnProxyConnectResponse = CheckProxyConnect
 		t.defaultBase = base
 	}
-	if t.Budget == nil {
+	if t.Budget == nil || isNilPointer(t.Budget) {
 		t.defaultBudget = NewBudget(DefaultBudgetTokens)
+	} else {
+		t.setBudget = t.Budget
 	}
 }
 
-// BudgetInUse returns the Budget the Transport draws from: Budget, or the
+// isNilPointer reports whether b is a nil pointer in a non-nil interface, as
+// Transport{Budget: b} makes of a nil *Budget variable.
+func isNilPointer(b RetryBudget) bool {
+	v := reflect.ValueOf(b)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// BudgetInUse returns the budget the Transport draws from: Budget, or the
 // private one it made.
-func (t *Transport) BudgetInUse() *Budget {
+func (t *Transport) BudgetInUse() RetryBudget {
 	t.once.Do(t.init)
 	return t.budget()
 }
 
 // budget is BudgetInUse for callers that already ran init.
-func (t *Transport) budget() *Budget {
-	if t.Budget != nil {
-		return t.Budget
+func (t *Transport) budget() RetryBudget {
+	if t.setBudget != nil {
+		return t.setBudget
 	}
 	return t.defaultBudget
 }
@@ -186,16 +199,19 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		next      *http.Request
 		unpaid    int64 // tokens taken for a retry not sent yet
 	)
-	// A Classify, OnAttempt or Logger that panics must not leave a body
-	// open, a Timeout running or a retry's tokens spent. Every return sets
-	// returned, so the cleanup runs only on the way out of a panic, which
-	// then goes on to the caller untouched.
+	// A hook that panics (Classify, OnAttempt, the Logger's handler, Rand,
+	// GetBody) must not leave a body open, a Timeout running or a retry's
+	// tokens spent. Every return sets returned, so the cleanup runs only on
+	// the way out of a panic, which then goes on to the caller untouched.
+	// Without any hook there is nothing to guard, and no defer to run.
 	returned := false
-	defer func() {
-		if !returned {
-			t.abandon(resp, release, cancel, next, out, unpaid)
-		}
-	}()
+	if p.Classify != nil || p.Rand != nil || t.OnAttempt != nil || t.Logger != nil || req.GetBody != nil {
+		defer func() {
+			if !returned {
+				t.abandon(resp, release, cancel, next, out, unpaid)
+			}
+		}()
+	}
 	for n := 1; ; n++ {
 		if observe {
 			start = time.Now()
@@ -205,12 +221,19 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			sent = withAttemptHeader(out, n)
 		}
 		var timer *time.Timer
-		resp, release, timer, err = t.send(base, sent)
+		if p.AttemptTimeout > 0 {
+			resp, release, timer, err = t.sendTimed(base, sent)
+		} else {
+			resp, err = roundTripOnce(base, sent)
+		}
 		class := p.classify(resp, err)
 		if timer != nil {
 			resp, release, err, class = t.settle(sent, timer, resp, release, err, class)
 		}
 
+		if n == 1 {
+			budget.Deposit(class == Success) // before a retry is weighed
+		}
 		decision := Done
 		var (
 			delay time.Duration
@@ -227,14 +250,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if decision == Retry {
 				unpaid = lastCost
 				if next = nextRequest(req, out); next == nil {
-					budget.give(unpaid)
+					budget.Refund(unpaid, false)
 					unpaid, decision = 0, StopNotReplayable
 				}
 			}
-		case class == Success && n == 1:
-			budget.give(SuccessReward) // only reads when the bucket is full
-		case class == Success:
-			budget.give(lastCost) // the retry that succeeded pays nothing
+		case class == Success && n > 1:
+			budget.Refund(lastCost, true) // the retry that succeeded pays nothing
 		}
 
 		if observe {
@@ -244,7 +265,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 		if decision != Retry {
 			report.finish(decision)
-			markLayer(ctx, decision, maxAttempts)
+			if decision != Done {
+				markLayer(ctx, decision, maxAttempts)
+			}
 			returned = true
 			if resp != nil {
 				if release != nil || cancel != nil {
@@ -273,7 +296,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, release = nil, nil
 		if werr := sleep(ctx, wait); werr != nil {
 			// The retry is not made: its tokens go back.
-			budget.give(unpaid)
+			budget.Refund(unpaid, false)
 			unpaid = 0
 			if next != out {
 				closeBody(next.Body)
@@ -295,20 +318,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// send makes one attempt through base. It returns a response with a nil
-// error, or an error with no response: a base that returns both has its
-// response closed, and one that returns neither is reported as an error.
-// With Policy.AttemptTimeout, the attempt has its own context and a timer
-// that cancels it; the timer runs on through the classification (a Classify
-// that peeks into a body that never comes is cut off with the attempt), and
-// settle ends it. release, when not nil, must be called once the response is
-// done with.
-func (t *Transport) send(base http.RoundTripper, req *http.Request) (resp *http.Response, release func(), timer *time.Timer, err error) {
+// sendTimed makes one attempt through base under Policy.AttemptTimeout:
+// the attempt has its own context and a timer that cancels it. The timer
+// runs on through the classification (a Classify that peeks into a body that
+// never comes is cut off with the attempt), and settle ends it. release must
+// be called once the response is done with.
+func (t *Transport) sendTimed(base http.RoundTripper, req *http.Request) (resp *http.Response, release func(), timer *time.Timer, err error) {
 	d := t.Policy.AttemptTimeout
-	if d <= 0 {
-		resp, err = roundTripOnce(base, req)
-		return resp, nil, nil, err
-	}
 	actx, acancel := context.WithCancel(req.Context())
 	timer = time.AfterFunc(d, acancel)
 	resp, err = roundTripOnce(base, req.WithContext(actx))
@@ -333,19 +349,25 @@ func (t *Transport) settle(req *http.Request, timer *time.Timer, resp *http.Resp
 	return resp, release, nil, class
 }
 
-// roundTripOnce calls base and repairs the two ways a base can break the
-// RoundTripper contract: a response together with an error (the response is
-// closed and the error stands), and neither.
+// roundTripOnce makes one attempt through base and repairs the two ways a
+// base can break the RoundTripper contract: a response together with an
+// error (the response is closed and the error stands), and neither. It
+// returns a response with a nil error, or an error with no response.
 func roundTripOnce(base http.RoundTripper, req *http.Request) (*http.Response, error) {
 	resp, err := base.RoundTrip(req)
-	switch {
-	case resp != nil && err != nil:
-		closeBody(resp.Body)
-		return nil, err
-	case resp == nil && err == nil:
-		return nil, errNoResponse
+	if (resp == nil) == (err == nil) {
+		return repair(resp, err)
 	}
 	return resp, err
+}
+
+// repair is roundTripOnce's answer to a base that returned both or neither.
+func repair(resp *http.Response, err error) (*http.Response, error) {
+	if err == nil {
+		return nil, errNoResponse
+	}
+	closeBody(resp.Body)
+	return nil, err
 }
 
 // nextRequest returns the request of the retry that follows out, or nil when
@@ -395,13 +417,15 @@ func (t *Transport) abandon(resp *http.Response, release func(), cancel context.
 	if next != nil && next != out {
 		closeBody(next.Body)
 	}
-	t.budget().give(unpaid)
+	if unpaid != 0 {
+		t.budget().Refund(unpaid, false)
+	}
 }
 
 // decide chooses what follows a retryable outcome, and takes the retry's cost
 // from the budget when it is a retry.
 func (t *Transport) decide(ctx context.Context, n, maxAttempts int, class Class, resp *http.Response, err error,
-	safe, replayable bool, prevDelay time.Duration, budget *Budget,
+	safe, replayable bool, prevDelay time.Duration, budget RetryBudget,
 ) (d Decision, delay time.Duration, src DelaySource, cost int64) {
 	p := &t.Policy
 	switch {
@@ -439,8 +463,8 @@ func (t *Transport) decide(ctx context.Context, n, maxAttempts int, class Class,
 	if hasDeadline && !now.Add(delay).Before(deadline) {
 		return StopDeadline, delay, src, 0
 	}
-	cost = class.retryCost()
-	if !budget.take(cost) {
+	cost, ok := budget.Withdraw(class)
+	if !ok {
 		return StopBudget, delay, src, 0
 	}
 	return Retry, delay, src, cost

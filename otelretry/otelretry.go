@@ -51,13 +51,13 @@ type Metrics struct {
 	meter    metric.Meter
 
 	mu      sync.Mutex
-	budgets map[*retryhttp.Budget]attribute.Set
+	budgets map[retryhttp.RetryBudget]attribute.Set
 	reg     metric.Registration
 }
 
 // New creates the instruments on a meter from mp.
 func New(mp metric.MeterProvider) (*Metrics, error) {
-	m := &Metrics{meter: mp.Meter(ScopeName), budgets: map[*retryhttp.Budget]attribute.Set{}}
+	m := &Metrics{meter: mp.Meter(ScopeName), budgets: map[retryhttp.RetryBudget]attribute.Set{}}
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
 	var err error

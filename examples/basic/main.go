@@ -44,7 +44,8 @@ func main() {
 	show(client.Get(srv.URL + "/missing"))
 
 	section("5. An outage: 100 requests to a server that is down, default budget.")
-	quiet := &retryhttp.Transport{Policy: retryhttp.Policy{BaseDelay: time.Millisecond}}
+	budget := retryhttp.NewBudget(retryhttp.DefaultBudgetTokens) // what a nil Budget means
+	quiet := &retryhttp.Transport{Policy: retryhttp.Policy{BaseDelay: time.Millisecond}, Budget: budget}
 	before := srv.attempts("/down")
 	for range 100 {
 		resp, err := (&http.Client{Transport: quiet}).Get(srv.URL + "/down")
@@ -55,7 +56,7 @@ func main() {
 	got := srv.attempts("/down") - before
 	fmt.Printf("   attempts sent: %d for 100 requests (3 attempts each would be 300)\n", got)
 	fmt.Printf("   budget left: %d of %d tokens; once it is spent, a request costs one attempt\n",
-		quiet.BudgetInUse().Available(), quiet.BudgetInUse().Capacity())
+		budget.Available(), budget.Capacity())
 }
 
 func printAttempt(a retryhttp.Attempt) {
