@@ -32,7 +32,9 @@ const ratioSlots = 10
 // of Finagle, Linkerd and tower (a percentage of requests plus a minimum of
 // retries a second, deposits expiring after a window).
 //
-// Over any Window, it allows Ratio·requests + MinPerSecond·Window retries.
+// Over any Window, it allows Ratio·requests + MinPerSecond·Window retries,
+// spread over the window: a tenth of it may hold at most twice its share,
+// so retries never come back in one burst when old ones expire.
 // Unlike the token bucket, it does not care whether requests succeed: during
 // an outage a client keeps making requests, and keeps the right to retry a
 // tenth of them, so the load on the dependency is bounded at about
@@ -148,15 +150,31 @@ func (b *RatioBudget) allowed(epoch uint64) (allow, made float64) {
 func (b *RatioBudget) Deposit(bool) { add(&b.requests, b.epoch()) }
 
 // Withdraw allows a retry while the retries in the window are fewer than
-// the window allows, and counts it. A retry costs 1, whatever its class.
+// the window allows, and counts it. A retry costs 1, whatever its class. So
+// that the allowance is spread over the window rather than spent in one
+// burst whenever old retries expire, one time slot (a tenth of the window)
+// may hold at most twice its share of it.
 func (b *RatioBudget) Withdraw(Class) (int64, bool) {
 	e := b.epoch()
 	allow, made := b.allowed(e)
 	if made+1 > allow {
 		return 0, false
 	}
+	perSlot := max(1, math.Ceil(2*allow/ratioSlots))
+	if float64(sum1(&b.retries, e))+1 > perSlot {
+		return 0, false
+	}
 	add(&b.retries, e)
 	return 1, true
+}
+
+// sum1 returns the count of the current slot.
+func sum1(counts *[ratioSlots]atomic.Uint64, epoch uint64) uint64 {
+	v := counts[epoch%ratioSlots].Load()
+	if v>>countBits != epoch&(1<<(64-countBits)-1) {
+		return 0
+	}
+	return v & countMask
 }
 
 // Refund gives back a retry that was never sent; one that was sent stays

@@ -20,32 +20,53 @@ func drain(b RetryBudget) int {
 	}
 }
 
+// drainFor drains once a second for the given seconds, and returns the
+// total allowed.
+func drainFor(b RetryBudget, seconds int) int {
+	n := 0
+	for range seconds {
+		n += drain(b)
+		time.Sleep(time.Second)
+	}
+	return n
+}
+
 func TestRatioBudget(t *testing.T) {
 	tests := []struct {
 		name string
 		run  func(t *testing.T) (got, want int)
 	}{
-		{"1,000 requests, then an outage: 10% of them", func(t *testing.T) (int, int) {
+		{"1,000 requests, then an outage: 10% of them over the window", func(t *testing.T) (int, int) {
 			b := &RatioBudget{MinPerSecond: -1}
 			for range 1000 {
 				b.Deposit(false)
 			}
-			return drain(b), 100
+			return drainFor(b, 10), 100
 		}},
-		{"quiet client: the minimum per second over the window", func(t *testing.T) (int, int) {
-			b := &RatioBudget{} // 10% and 10 a second over 10 s
-			for range 5 {       // 5 requests in 5 seconds
-				b.Deposit(true)
-				time.Sleep(time.Second)
+		{"no burst: at most twice a slot's share at once", func(t *testing.T) (int, int) {
+			b := &RatioBudget{MinPerSecond: -1}
+			for range 1000 {
+				b.Deposit(false)
 			}
-			return drain(b), 100 // floor(0.1·5 + 10·10)
+			return drain(b), 20
+		}},
+		{"quiet client: the minimum per second, sustained", func(t *testing.T) (int, int) {
+			b := &RatioBudget{} // 10% and 10 a second over 10 s
+			return drainFor(b, 60), 600
+		}},
+		{"low traffic: the ratio and the minimum add up", func(t *testing.T) (int, int) {
+			b := &RatioBudget{MinPerSecond: 1} // 10% plus 1 a second
+			for range 300 {
+				b.Deposit(true)
+			}
+			return drainFor(b, 9), 40 // 0.1·300 + 1·10, all inside the window
 		}},
 		{"a custom ratio and window", func(t *testing.T) (int, int) {
 			b := &RatioBudget{Ratio: 0.2, MinPerSecond: 1, Window: 5 * time.Second}
 			for range 200 {
 				b.Deposit(false)
 			}
-			return drain(b), 45 // 0.2·200 + 1·5
+			return drain(b), 9 // 2·(0.2·200 + 1·5)/10 at once
 		}},
 		{"deposits expire after the window", func(t *testing.T) (int, int) {
 			b := &RatioBudget{MinPerSecond: -1}
@@ -61,30 +82,30 @@ func TestRatioBudget(t *testing.T) {
 				b.Deposit(true)
 			}
 			time.Sleep(9*time.Second + 999*time.Millisecond)
-			return drain(b), 100
+			return drain(b), 20
 		}},
 		{"retries expire too: the budget recovers", func(t *testing.T) (int, int) {
 			b := &RatioBudget{MinPerSecond: -1}
 			for range 1000 {
 				b.Deposit(false)
 			}
-			drain(b)
-			time.Sleep(10 * time.Second)
+			drainFor(b, 10)
+			time.Sleep(10 * time.Second) // the old requests and retries expire
 			for range 500 {
 				b.Deposit(false)
 			}
-			return drain(b), 50
+			return drain(b), 10 // 2·0.1·500/10
 		}},
 		{"an unsent retry is refunded, a sent one is not", func(t *testing.T) (int, int) {
 			b := &RatioBudget{MinPerSecond: -1}
-			for range 100 {
+			for range 200 {
 				b.Deposit(false)
 			}
 			c1, _ := b.Withdraw(Transient)
 			c2, _ := b.Withdraw(Throttling)
 			b.Refund(c1, false) // never sent
 			b.Refund(c2, true)  // succeeded: it was load all the same
-			return drain(b), 9
+			return drain(b), 3  // 4 a slot, one still counted
 		}},
 	}
 	for _, tc := range tests {
@@ -106,15 +127,16 @@ func TestRatioBudgetAvailable(t *testing.T) {
 		}
 		b.Withdraw(Transient)
 		if got := b.Available(); got != 99 {
-			t.Errorf("got %d available; want 99", got)
+			t.Errorf("got %d available; want 99 (over the window)", got)
 		}
 	})
 }
 
 func TestRatioBudgetUnderContention(t *testing.T) {
 	// 50 goroutines deposit 100 requests each, then all withdraw at once:
-	// every deposit is counted, and the retries allowed are 10% of them,
-	// give or take one per concurrent withdrawer.
+	// every deposit is counted, and the retries allowed at once are a
+	// slot's cap of the 500 (100), give or take one per concurrent
+	// withdrawer.
 	synctest.Test(t, func(t *testing.T) {
 		b := &RatioBudget{MinPerSecond: -1}
 		var wg sync.WaitGroup
@@ -137,23 +159,29 @@ func TestRatioBudgetUnderContention(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		if allowed < 500 || allowed > 550 {
-			t.Errorf("got %d retries allowed for 5,000 requests; want 500 (at most one over per withdrawer)", allowed)
+		if allowed < 100 || allowed > 150 {
+			t.Errorf("got %d retries allowed at once for 5,000 requests; want 100 (at most one over per withdrawer)", allowed)
 		}
 	})
 }
 
 func TestRatioBudgetThroughTheTransport(t *testing.T) {
-	// 1,000 requests to a server that is down, 3 attempts each: a retry
-	// for one request in ten, 1.1 attempts a request, as the SRE book says.
+	// A server that is down for 60 s, 100 requests a second, 3 attempts
+	// each: in the last 50 s, once the window is full, a retry for one
+	// request in ten, 1.1 attempts a request, as the SRE book says.
 	synctest.Test(t, func(t *testing.T) {
 		base := rht.NewTransport(rht.Status(503))
 		tr := &Transport{Base: base, Budget: &RatioBudget{MinPerSecond: -1}, Policy: Policy{Rand: lowRand}}
-		for range 1000 {
+		var after10 int
+		for i := range 6000 {
+			if i == 1000 {
+				after10 = len(base.Attempts())
+			}
 			roundTrip(t, tr, newReq(t, "GET", ""))
+			time.Sleep(10 * time.Millisecond)
 		}
-		if got := len(base.Attempts()); got != 1100 {
-			t.Errorf("got %d attempts for 1,000 requests; want 1,100", got)
+		if got := len(base.Attempts()) - after10; got != 5500 {
+			t.Errorf("got %d attempts for the last 5,000 requests; want 5,500", got)
 		}
 	})
 }

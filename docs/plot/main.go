@@ -28,6 +28,31 @@ func main() {
 	flag.Parse()
 	herdCharts(*out, *seed)
 	layerCharts(*out, *requests)
+	budgetChart(*out)
+}
+
+// budgetChart draws docs/budget.md's outage timeline: the retries each
+// budget pays for, second by second, through 30 s healthy, a 60 s outage and
+// 60 s recovered, at 100 requests a second.
+func budgetChart(out string) {
+	p := plot.New()
+	p.Title.Text = "Retries paid per second: 100 requests/s; outage from 30 s to 90 s"
+	p.X.Label.Text = "time (s)"
+	p.Y.Label.Text = "retries per second"
+	var args []any
+	for _, kind := range herd.Budgets {
+		var pts plotter.XYs
+		for _, s := range herd.BudgetRun(kind, herd.OutageTimeline, 100, 1) {
+			pts = append(pts, plotter.XY{X: float64(s.T), Y: float64(s.Retries)})
+		}
+		args = append(args, kind.Name, pts)
+	}
+	if err := plotutil.AddLines(p, args...); err != nil {
+		log.Fatal(err)
+	}
+	p.Legend.Top = true
+	p.Y.Min = 0
+	save(p, filepath.Join(out, "budgets-outage.png"))
 }
 
 // layerCharts draws docs/herd.md's layered chains: attempts at the bottom

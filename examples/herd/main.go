@@ -92,6 +92,46 @@ func runBudget(requests int) {
 		}
 		fmt.Println()
 	}
+	compareBudgets()
+}
+
+// compareBudgets prints docs/budget.md's comparison of the token bucket and
+// the ratio budget on the same workloads, 100 requests a second, 3 attempts.
+func compareBudgets() {
+	const rate = 100
+	fmt.Println("The token bucket beside the ratio budget, 100 requests a second, 3 attempts, transient failures")
+	fmt.Println()
+	fmt.Println("Steady failure rate p for 60 s: share of wanted retries refused, attempts per request")
+	fmt.Printf("  %-30s", "budget")
+	ps := []float64{0.05, 0.10, 0.15, 0.20, 0.25, 0.30, 0.50}
+	for _, p := range ps {
+		fmt.Printf("   p=%.2f      ", p)
+	}
+	fmt.Println()
+	for _, kind := range herd.Budgets {
+		fmt.Printf("  %-30s", kind.Name)
+		for i, p := range ps {
+			s := herd.BudgetRun(kind, []herd.Phase{{Seconds: 60, P: p}}, rate, uint64(i+1))
+			tot := herd.Totals(s, 0, len(s))
+			fmt.Printf(" %5.1f%% %5.3fx ", 100*float64(tot.Refused)/float64(max(tot.Retries+tot.Refused, 1)), float64(tot.Attempts)/float64(tot.Requests))
+		}
+		fmt.Println()
+	}
+	fmt.Println()
+	fmt.Println("30 s healthy (p=0.01), a 60 s outage (p=1), 60 s recovered (p=0.05)")
+	fmt.Printf("  %-30s %18s %18s %22s %22s\n", "budget", "outage retries", "outage att./req", "refused after it", "refusing until (s)")
+	for _, kind := range herd.Budgets {
+		s := herd.BudgetRun(kind, herd.OutageTimeline, rate, 1)
+		out := herd.Totals(s, 30, 90)
+		after := herd.Totals(s, 90, 150)
+		until := 0 // the last second after the outage with a refusal
+		for _, x := range s[90:] {
+			if x.Refused > 0 {
+				until = x.T - 90 + 1
+			}
+		}
+		fmt.Printf("  %-30s %18d %17.3fx %22d %22d\n", kind.Name, out.Retries, float64(out.Attempts)/float64(out.Requests), after.Refused, until)
+	}
 }
 
 func runLayers(requests int, asJSON bool) {

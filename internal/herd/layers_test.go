@@ -115,3 +115,22 @@ func TestSignalGapRestartsMultiplication(t *testing.T) {
 		}
 	}
 }
+
+// The outage timeline of docs/budget.md, exact: the token bucket pays for
+// 35 retries in a 60 s outage and then none; the ratio budget keeps paying
+// for 10% of requests (plus 10 a second with the default minimum), so load
+// stays at 1.1x (1.2x) of requests, outage or not.
+func TestBudgetsThroughAnOutage(t *testing.T) {
+	want := []struct {
+		retries  int
+		attempts int
+	}{{35, 6035}, {1200, 7200}, {600, 6600}}
+	for i, kind := range Budgets {
+		s := BudgetRun(kind, OutageTimeline, 100, 1)
+		out := Totals(s, 30, 90)
+		if out.Retries != want[i].retries || out.Attempts != want[i].attempts || out.Requests != 6000 {
+			t.Errorf("%s: got %d retries and %d attempts for %d requests in the outage; want %d, %d, 6000",
+				kind.Name, out.Retries, out.Attempts, out.Requests, want[i].retries, want[i].attempts)
+		}
+	}
+}
