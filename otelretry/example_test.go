@@ -51,4 +51,5 @@ func ExampleMetrics_Instrument() {
 	// retryhttp.requests 1
 	// retryhttp.retries 2
 	// retryhttp.budget.tokens 486
+	// retryhttp.budget.fallback 0
 }

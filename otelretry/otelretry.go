@@ -48,6 +48,7 @@ type Metrics struct {
 	giveups  metric.Int64Counter
 	wait     metric.Float64Histogram
 	tokens   metric.Int64ObservableGauge
+	fallback metric.Int64ObservableGauge
 	meter    metric.Meter
 
 	mu      sync.Mutex
@@ -74,10 +75,14 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 	add(err)
 	m.tokens, err = m.meter.Int64ObservableGauge("retryhttp.budget.tokens", metric.WithDescription("Tokens in the retry budget"), metric.WithUnit("{token}"))
 	add(err)
+	m.fallback, err = m.meter.Int64ObservableGauge("retryhttp.budget.fallback",
+		metric.WithDescription("1 while a shared budget (redisbudget) pays from its local fallback because its store cannot be reached, else 0"),
+		metric.WithUnit("1"))
+	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	m.reg, err = m.meter.RegisterCallback(m.observe, m.tokens)
+	m.reg, err = m.meter.RegisterCallback(m.observe, m.tokens, m.fallback)
 	if err != nil {
 		return nil, err
 	}
@@ -89,6 +94,13 @@ func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
 	defer m.mu.Unlock()
 	for b, attrs := range m.budgets {
 		o.ObserveInt64(m.tokens, int64(b.Available()), metric.WithAttributeSet(attrs))
+		var down int64
+		if f, ok := b.(interface{ Fallback() (bool, error) }); ok {
+			if fb, _ := f.Fallback(); fb {
+				down = 1
+			}
+		}
+		o.ObserveInt64(m.fallback, down, metric.WithAttributeSet(attrs))
 	}
 	return nil
 }

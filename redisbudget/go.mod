@@ -1,0 +1,20 @@
+module github.com/herdproof/retryhttp/redisbudget
+
+go 1.26.0
+
+// Development against this checkout; ignored by the module's users, who get
+// the required version (see docs/releasing.md).
+replace github.com/herdproof/retryhttp => ../
+
+require (
+	github.com/herdproof/retryhttp v0.1.0
+	github.com/redis/go-redis/v9 v9.23.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)

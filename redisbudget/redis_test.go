@@ -1,0 +1,115 @@
+package redisbudget
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// redisServer is a redis-server the test started on a free loopback port,
+// in a temp dir, stopped at the end of the test.
+type redisServer struct {
+	t    *testing.T
+	port int
+	dir  string
+	cmd  *exec.Cmd
+}
+
+// startRedis starts a redis-server of the test's own. The package
+// redis-server must be installed (.ci/run installs it).
+func startRedis(t *testing.T) *redisServer {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatalf("redis-server is not installed (apt-get install -y redis-server): %v", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	s := &redisServer{t: t, port: port, dir: t.TempDir()}
+	s.start()
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+func (s *redisServer) start() {
+	s.t.Helper()
+	s.cmd = exec.Command("redis-server", "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--dir", s.dir, "--save", "", "--appendonly", "no", "--enable-debug-command", "local")
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", s.addr(), 100*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("redis-server did not listen on %s: %v", s.addr(), err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (s *redisServer) stop() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		s.cmd.Process.Kill()
+		s.cmd.Wait()
+		s.cmd = nil
+	}
+}
+
+func (s *redisServer) restart() {
+	s.stop()
+	s.start()
+}
+
+// client returns a go-redis client of the server, closed at the end.
+func (s *redisServer) client() *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1, DialTimeout: 50 * time.Millisecond,
+		ReadTimeout: 2 * time.Second, ContextTimeoutEnabled: true})
+	s.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// clientNoCleanup is client for a benchmark, whose fake T runs no cleanups.
+func (s *redisServer) clientNoCleanup() *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: s.addr(), ContextTimeoutEnabled: true})
+}
+
+// tokens reads the bucket under key.
+func (s *redisServer) tokens(key string) int64 {
+	s.t.Helper()
+	v, err := s.client().HGet(context.Background(), key, "tokens").Int64()
+	if err != nil {
+		s.t.Fatalf("HGET %s tokens: %v", key, err)
+	}
+	return v
+}
+
+func newBudget(t *testing.T, rdb redis.UniversalClient, key string, opts ...func(*Options)) *Budget {
+	t.Helper()
+	o := Options{Client: rdb, Key: key, Timeout: 200 * time.Millisecond}
+	for _, f := range opts {
+		f(&o)
+	}
+	b, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+var _ = fmt.Sprint
