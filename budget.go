@@ -162,8 +162,11 @@ func (b *Budget) give(n int64) {
 
 // retryCost is what a retry after a failure of class c takes from the bucket.
 func (c Class) retryCost() int64 {
-	if c == Throttling {
+	switch c {
+	case Throttling:
 		return ThrottleRetryCost
+	case Hedge:
+		return HedgeCost
 	}
 	return RetryCost
 }

@@ -112,6 +112,14 @@ type Attempt struct {
 	// Duration is how long the attempt took, up to its response headers or
 	// its error.
 	Duration time.Duration
+	// Hedges is how many hedged copies of this attempt were sent (see
+	// Policy.HedgeDelay); they count as attempts, numbered after this one.
+	Hedges int
+	// HedgeWon reports whether a hedged copy's answer, not the first copy's,
+	// is this attempt's outcome.
+	HedgeWon bool
+	// HedgesRefused is how many hedges the budget refused.
+	HedgesRefused int
 }
 
 // String renders the attempt for humans, with the URL stripped of user info,

@@ -89,6 +89,23 @@ type Policy struct {
 	// form, e.g. "3f1c56a4-8c2e-4c4b-9a57-2b1e7b0d2f61".
 	NewIdempotencyKey func() string
 
+	// HedgeDelay turns hedging on: when an attempt of a request that may be
+	// sent twice (GET, HEAD, OPTIONS, TRACE, PUT, DELETE, or a write with an
+	// idempotency key, the same key on every copy; a body only through
+	// GetBody) has had no answer for HedgeDelay, another copy is sent, and
+	// the first answer that is not a retryable failure wins; the other
+	// copies are canceled, drained and closed. Each hedge is paid from the
+	// Budget (HedgeCost tokens from the token bucket, refunded if the hedge
+	// wins), counts as an attempt against MaxAttempts, and is reported in
+	// Attempt.Hedges. Set it near the dependency's 95th percentile latency.
+	// AttemptTimeout does not apply to hedged attempts. Zero means no
+	// hedging. See docs/guide-hedging.md.
+	HedgeDelay time.Duration
+
+	// MaxHedges is the most hedged copies of one attempt, each sent
+	// HedgeDelay after the previous one. Zero means 1.
+	MaxHedges int
+
 	// SendAttemptHeader makes every attempt carry its number, 1 for the
 	// first, in AttemptHeader ("Retry-Attempt: 2"), so that servers and
 	// their logs can tell first tries from retries (RequestAttempt reads

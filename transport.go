@@ -186,6 +186,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+	hedge := p.hedgeable(req, safe) && maxAttempts > 1
 	budget := t.budget()
 	observe := t.OnAttempt != nil || t.Logger != nil || report != nil
 
@@ -220,18 +221,26 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if p.SendAttemptHeader {
 			sent = withAttemptHeader(out, n)
 		}
-		var timer *time.Timer
-		if p.AttemptTimeout > 0 {
+		var (
+			class Class
+			hs    hedgeStats
+			first = n // the number of this attempt's first copy
+		)
+		switch {
+		case hedge:
+			resp, release, err, class, hs = t.sendHedged(base, req, sent, maxAttempts-n+1, budget)
+			n += hs.sent // hedges are attempts too
+		case p.AttemptTimeout > 0:
+			var timer *time.Timer
 			resp, release, timer, err = t.sendTimed(base, sent)
-		} else {
-			resp, err = roundTripOnce(base, sent)
-		}
-		class := p.classify(resp, err)
-		if timer != nil {
+			class = p.classify(resp, err)
 			resp, release, err, class = t.settle(sent, timer, resp, release, err, class)
+		default:
+			resp, err = roundTripOnce(base, sent)
+			class = p.classify(resp, err)
 		}
 
-		if n == 1 {
+		if first == 1 {
 			budget.Deposit(class == Success) // before a retry is weighed
 		}
 		decision := Done
@@ -259,8 +268,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 
 		if observe {
-			t.observe(ctx, report, Attempt{Request: sent, Number: n, Err: err, Class: class, Decision: decision,
-				Delay: delay, DelaySource: src, Tokens: budget.Available(), Duration: time.Since(start)}, resp)
+			t.observe(ctx, report, Attempt{Request: sent, Number: first, Err: err, Class: class, Decision: decision,
+				Delay: delay, DelaySource: src, Tokens: budget.Available(), Duration: time.Since(start),
+				Hedges: hs.sent, HedgeWon: hs.won, HedgesRefused: hs.refused}, resp)
 		}
 
 		if decision != Retry {

@@ -49,6 +49,7 @@ type Metrics struct {
 	wait     metric.Float64Histogram
 	tokens   metric.Int64ObservableGauge
 	fallback metric.Int64ObservableGauge
+	hedges   metric.Int64Counter
 	meter    metric.Meter
 
 	mu      sync.Mutex
@@ -74,6 +75,8 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 		metric.WithExplicitBucketBoundaries(0, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30))
 	add(err)
 	m.tokens, err = m.meter.Int64ObservableGauge("retryhttp.budget.tokens", metric.WithDescription("Tokens in the retry budget"), metric.WithUnit("{token}"))
+	add(err)
+	m.hedges, err = m.meter.Int64Counter("retryhttp.hedges", metric.WithDescription("Hedged copies: sent, won (their answer was used), refused by the budget"), metric.WithUnit("{hedge}"))
 	add(err)
 	m.fallback, err = m.meter.Int64ObservableGauge("retryhttp.budget.fallback",
 		metric.WithDescription("1 while a shared budget (redisbudget) pays from its local fallback because its store cannot be reached, else 0"),
@@ -142,6 +145,15 @@ func (m *Metrics) Record(a retryhttp.Attempt) {
 	m.attempts.Add(ctx, 1, metric.WithAttributes(methodAttr, classAttr, attribute.String("retryhttp.decision", a.Decision.String())))
 	if a.Number == 1 {
 		m.requests.Add(ctx, 1, metric.WithAttributes(methodAttr))
+	}
+	if a.Hedges > 0 {
+		m.hedges.Add(ctx, int64(a.Hedges), metric.WithAttributes(methodAttr, attribute.String("retryhttp.hedge", "sent")))
+	}
+	if a.HedgeWon {
+		m.hedges.Add(ctx, 1, metric.WithAttributes(methodAttr, attribute.String("retryhttp.hedge", "won")))
+	}
+	if a.HedgesRefused > 0 {
+		m.hedges.Add(ctx, int64(a.HedgesRefused), metric.WithAttributes(methodAttr, attribute.String("retryhttp.hedge", "refused")))
 	}
 	switch a.Decision {
 	case retryhttp.Retry:

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"testing"
+	"time"
 	"testing/synctest"
 
 	"github.com/herdproof/retryhttp"
@@ -150,12 +151,22 @@ func TestGuideNames(t *testing.T) {
 			}
 			resp.Body.Close()
 		}
+		// A hedged request, so that the hedges counter is emitted too.
+		hedged := &retryhttp.Transport{Base: rht.NewTransport(rht.Status(200).WithDelay(time.Second), rht.Status(200)),
+			Policy: retryhttp.Policy{HedgeDelay: time.Millisecond}}
+		m.Instrument(hedged, attribute.String("client", "orders"))
+		req, _ := http.NewRequest("GET", "http://orders.test/", nil)
+		resp, err := hedged.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
 		got := collect(t, reader)
 
 		row := regexp.MustCompile("(?m)^\\| `(retryhttp\\.[a-z_.]+)` \\| [^|]+ \\| ([^|]+) \\|")
 		rows := row.FindAllSubmatch(guide, -1)
-		if len(rows) != 7 {
-			t.Fatalf("got %d instrument rows in the guide; want 7", len(rows))
+		if len(rows) != 8 {
+			t.Fatalf("got %d instrument rows in the guide; want 8", len(rows))
 		}
 		for _, r := range rows {
 			name := string(r[1])

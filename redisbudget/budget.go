@@ -190,8 +190,11 @@ func (b *Budget) Deposit(success bool) {
 // cannot be reached, the local fallback pays, and the budget says so.
 func (b *Budget) Withdraw(c retryhttp.Class) (int64, bool) {
 	cost := int64(retryhttp.RetryCost)
-	if c == retryhttp.Throttling {
+	switch c {
+	case retryhttp.Throttling:
 		cost = retryhttp.ThrottleRetryCost
+	case retryhttp.Hedge:
+		cost = retryhttp.HedgeCost
 	}
 	if b.takeLease(cost) {
 		return cost, true
