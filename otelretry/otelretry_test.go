@@ -7,8 +7,8 @@ import (
 	"regexp"
 	"slices"
 	"testing"
-	"time"
 	"testing/synctest"
+	"time"
 
 	"github.com/herdproof/retryhttp"
 	rht "github.com/herdproof/retryhttp/retryhttptest"
