@@ -15,6 +15,8 @@ echo "benchmarks: contention, -cpu 1,2..." >&2
 go test -timeout 0 -run '^$' -bench 'Contention' -benchmem -count="$count" -cpu 1,2 . > "$tmp/contention.txt"
 echo "benchmarks: paired ratios..." >&2
 go test -timeout 0 -run '^$' -bench 'Paired' -count="$count" . > "$tmp/paired.txt"
+echo "hedging comparison (about a minute)..." >&2
+go run ./cmd/hedge > "$tmp/hedge.md"
 echo "outage and connection tables, targets..." >&2
 : > "$tmp/tables.md"
 : > "$tmp/targets.md"
@@ -117,6 +119,21 @@ machine. The outage target is asserted by `TestOutageAmplification`
 MD
 cat "$tmp/targets.md"
 cat <<'MD'
+
+## 5. Hedging: the tail cut, and the load when everyone is slow
+
+`go run ./cmd/hedge` (`-json` for one JSON object): a loopback server whose
+answers take 2 ms (95%) or 200 ms (5%) ("tail"), and one where every answer
+takes 200 ms ("slow-all"); no hedging, retryhttp's hedging
+(`Policy.HedgeDelay`) and failsafe-go's `hedgepolicy` through `failsafehttp`,
+both hedging after 10 ms. "second half": requests per request over the
+second half of the run, once a budget has had time to react. See
+docs/guide-hedging.md.
+
+MD
+cat "$tmp/hedge.md"
+cat <<'MD'
+
 Reading the rest: the loopback ratio of the Transport in section 2 sits
 inside the run-to-run noise of loopback requests (a few percent either way on
 this machine), and its parallel contention figures in section 1 scale like

@@ -159,3 +159,51 @@ func TestNoLeakOnRetriedResponses(t *testing.T) {
 		t.Errorf("got %d connections; want 1 (each discarded body drained and closed)", got)
 	}
 }
+
+// Hedged requests over HTTP/1.1 and HTTP/2: every losing copy is canceled,
+// its response drained and closed, and nothing outlives the request; over
+// HTTP/2 all copies share one connection.
+func TestNoLeakWhenHedging(t *testing.T) {
+	for _, h2 := range []bool{false, true} {
+		name := "HTTP/1.1"
+		if h2 {
+			name = "HTTP/2"
+		}
+		t.Run(name, func(t *testing.T) {
+			// Every other answer is slow: each request's first copy is slow
+			// and its hedge fast.
+			var steps []rht.Step
+			for range 5 {
+				steps = append(steps, rht.Status(200).WithDelay(300*time.Millisecond).WithBody(strings.Repeat("x", 1000)), rht.Status(200).WithBody("fast"))
+			}
+			srv := rht.NewUnstartedServer(t, steps...)
+			var base *http.Transport
+			if h2 {
+				srv.EnableHTTP2 = true
+				srv.StartTLS()
+				base = srv.Client().Transport.(*http.Transport)
+			} else {
+				srv.Start()
+				base = &http.Transport{}
+			}
+			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+			tr := &retryhttp.Transport{Base: base, Policy: retryhttp.Policy{HedgeDelay: 20 * time.Millisecond}}
+			defer tr.CloseIdleConnections()
+			client := &http.Client{Transport: tr}
+			for range 5 {
+				resp, err := get(t, context.Background(), client, srv.URL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if string(b) != "fast" {
+					t.Errorf("got %q; want the hedge's fast answer", b)
+				}
+			}
+			if h2 && srv.Conns() != 1 {
+				t.Errorf("HTTP/2: got %d connections; want 1 (canceled streams, not connections)", srv.Conns())
+			}
+		})
+	}
+}
