@@ -263,7 +263,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 					unpaid, decision = 0, StopNotReplayable
 				}
 			}
-		case class == Success && n > 1:
+		case class == Success && first > 1:
 			budget.Refund(lastCost, true) // the retry that succeeded pays nothing
 		}
 
