@@ -120,6 +120,10 @@ type Attempt struct {
 	HedgeWon bool
 	// HedgesRefused is how many hedges the budget refused.
 	HedgesRefused int
+	// BudgetFallback reports that the budget is a shared one (such as
+	// redisbudget's) that could not reach its store and pays from a local
+	// fallback: it has a method Fallback() (bool, error) that says so.
+	BudgetFallback bool
 }
 
 // String renders the attempt for humans, with the URL stripped of user info,
@@ -143,6 +147,9 @@ func (a Attempt) String() string {
 		b.WriteString(" in " + a.Delay.String() + " (" + a.DelaySource.String() + ")")
 	}
 	b.WriteString(", " + itoa(a.Tokens) + " tokens")
+	if a.BudgetFallback {
+		b.WriteString(" (budget fallback)")
+	}
 	return b.String()
 }
 
@@ -169,6 +176,9 @@ func (a Attempt) attrs() []slog.Attr {
 	}
 	if a.Decision == Retry || a.Decision == StopDeadline || a.Decision == StopServerDelay {
 		attrs = append(attrs, slog.Duration("delay", a.Delay), slog.String("delay_source", a.DelaySource.String()))
+	}
+	if a.BudgetFallback {
+		attrs = append(attrs, slog.Bool("budget_fallback", true))
 	}
 	return append(attrs, slog.Int("tokens", a.Tokens))
 }

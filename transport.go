@@ -402,6 +402,9 @@ func (t *Transport) observe(ctx context.Context, report *Report, a Attempt, resp
 	if resp != nil {
 		a.Status = resp.StatusCode
 	}
+	if f, ok := t.budget().(interface{ Fallback() (bool, error) }); ok {
+		a.BudgetFallback, _ = f.Fallback()
+	}
 	report.add(a)
 	if t.OnAttempt != nil {
 		t.OnAttempt(a)

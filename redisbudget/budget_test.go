@@ -272,3 +272,27 @@ func TestThroughTheTransport(t *testing.T) {
 		t.Errorf("got %d attempts for 100 requests from two processes; want 135 (35 retries for the fleet)", got)
 	}
 }
+
+func TestTransportHookSeesTheFallback(t *testing.T) {
+	s := startRedis(t)
+	rdb := s.client()
+	b := newBudget(t, rdb, "fleet", func(o *Options) { o.Timeout = 20 * time.Millisecond })
+	s.stop() // Redis is gone before the first retry
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	var seen []retryhttp.Attempt
+	tr := &retryhttp.Transport{Budget: b, Policy: retryhttp.Policy{BaseDelay: time.Microsecond},
+		OnAttempt: func(a retryhttp.Attempt) { seen = append(seen, a) }}
+	defer tr.CloseIdleConnections()
+	req, _ := http.NewRequest("GET", srv.URL, nil)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if len(seen) != 3 || !seen[0].BudgetFallback || seen[0].Decision != retryhttp.Retry {
+		t.Errorf("got attempts %v; want 3, the first a retry paid by the fallback (BudgetFallback)", seen)
+	}
+}
