@@ -58,6 +58,18 @@ func provokeServerClosedIdle(t *testing.T) error {
 	return err
 }
 
+// holding returns a handler that closes entered when its (only) request
+// arrives, then holds it until release is closed or the client goes away.
+func holding(entered, release chan struct{}) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+}
+
 // provokeLostPing returns the error of an HTTP/2 connection closed because
 // its health-check ping went unanswered: the connection goes silent while a
 // request waits for its response.
@@ -70,13 +82,7 @@ func provokeLostPing(t *testing.T) error {
 		DialContext: dialSteered(conns),
 		HTTP2:       &http.HTTP2Config{SendPingTimeout: 20 * time.Millisecond, PingTimeout: 20 * time.Millisecond},
 	}
-	srv := startH2C(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		close(entered)
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}), base)
+	srv := startH2C(t, holding(entered, release), base)
 	go func() {
 		<-entered
 		(<-conns).Freeze() // the network goes silent: no frame, no ping answer
@@ -97,13 +103,7 @@ func provokeGoAway(t *testing.T) error {
 	release := make(chan struct{})
 	conns := make(chan *steerConn, 1)
 	base := &http.Transport{DialContext: dialSteered(conns)}
-	srv := startH2C(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		close(entered)
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}), base)
+	srv := startH2C(t, holding(entered, release), base)
 	shutdown := make(chan struct{})
 	go func() {
 		c := <-conns
