@@ -146,10 +146,14 @@ func hedgeOnce(cfg HedgeConfig, impl hedgeImpl, slowShare float64, requests int)
 	q := func(p float64) float64 {
 		return float64(latencies[min(len(latencies)-1, int(p*float64(len(latencies))))]) / float64(time.Millisecond)
 	}
+	// Canceled copies may still be arriving: Close waits for every handler.
+	srv.Close()
+	mu.Lock()
 	steady := 0
 	for _, n := range copies[requests/2:] {
 		steady += n
 	}
+	mu.Unlock()
 	return HedgeRun{Name: impl.name, P50: q(0.50), P99: q(0.99), P999: q(0.999),
 		RequestsPerRequest:       float64(received.Load()) / float64(requests),
 		SteadyRequestsPerRequest: float64(steady) / float64(requests-requests/2)}
