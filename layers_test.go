@@ -8,6 +8,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -207,11 +208,16 @@ func TestReverseProxyGateway(t *testing.T) {
 }
 
 func TestAttemptHeader(t *testing.T) {
-	var seen []int
-	var retries atomic.Int32
+	var (
+		mu      sync.Mutex
+		seen    []int
+		retries atomic.Int32
+	)
 	srv := httptest.NewServer(Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := RequestAttempt(r)
+		mu.Lock()
 		seen = append(seen, n)
+		mu.Unlock()
 		if n > 1 {
 			retries.Add(1)
 		}
@@ -227,6 +233,8 @@ func TestAttemptHeader(t *testing.T) {
 	if err != nil || code != 200 {
 		t.Fatalf("got (%d, %v); want 200", code, err)
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if len(seen) != 3 || seen[0] != 1 || seen[1] != 2 || seen[2] != 3 || retries.Load() != 2 {
 		t.Errorf("the server saw attempts %v; want [1 2 3]", seen)
 	}
