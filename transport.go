@@ -11,6 +11,13 @@
 //
 //	client := &http.Client{Transport: &retryhttp.Transport{}}
 //
+// Beyond one client, all opt-in: Handler marks a service's error responses
+// when its own calls already used up their retries, so that the layers
+// above do not multiply them; the Budget may be any RetryBudget (a
+// RatioBudget, or one a fleet shares, as the redisbudget module's);
+// Policy.HedgeDelay sends a second copy of a slow request, paid from the
+// same budget. WithReport gives a per-request view of what happened.
+//
 // The reasoning behind each rule, with its sources, is in docs/design.md.
 package retryhttp
 
