@@ -36,8 +36,9 @@ type RetryBudget interface {
 	// success reports whether that attempt succeeded.
 	Deposit(success bool)
 	// Withdraw is called before each retry, after a failure of class c
-	// (Transient or Throttling). It reports whether the retry may be made
-	// and what it cost, which the Transport may later pass to Refund.
+	// (Transient or Throttling), and before each hedged copy (Hedge). It
+	// reports whether the retry may be made and what it cost, which the
+	// Transport may later pass to Refund.
 	Withdraw(c Class) (cost int64, ok bool)
 	// Refund is called with the cost of a retry that Withdraw allowed,
 	// once that retry succeeded (sent is true), or when it was never sent:
@@ -115,10 +116,9 @@ func (b *Budget) Deposit(success bool) {
 	}
 }
 
-// Withdraw takes the cost of a retry after a failure of class c: RetryCost,
-// or ThrottleRetryCost after throttling.
+// Withdraw takes c.Cost() tokens, if the bucket holds them.
 func (b *Budget) Withdraw(c Class) (cost int64, ok bool) {
-	cost = c.retryCost()
+	cost = c.Cost()
 	return cost, b.take(cost)
 }
 
@@ -160,8 +160,11 @@ func (b *Budget) give(n int64) {
 	}
 }
 
-// retryCost is what a retry after a failure of class c takes from the bucket.
-func (c Class) retryCost() int64 {
+// Cost is what the token bucket charges for a retry after a failure of class
+// c (RetryCost, or ThrottleRetryCost after throttling), or for a hedge
+// (HedgeCost). Budgets of other kinds that keep tokens, such as the
+// redisbudget module's, charge the same.
+func (c Class) Cost() int64 {
 	switch c {
 	case Throttling:
 		return ThrottleRetryCost

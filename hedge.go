@@ -80,9 +80,10 @@ func (t *Transport) sendHedged(base http.RoundTripper, req, out *http.Request, m
 		}()
 	}
 	launch(out, 0)
+	// The timer is re-armed only after a hedge is sent: once hedging
+	// stops (no copy or hedge left, or the budget refuses), it stays quiet.
 	timer := time.NewTimer(p.HedgeDelay)
 	defer timer.Stop()
-	hedging := maxCopies > 1
 
 	winner := -1
 	for winner < 0 && inflight > 0 {
@@ -94,30 +95,20 @@ func (t *Transport) sendHedged(base http.RoundTripper, req, out *http.Request, m
 				winner, resp, err, class = r.i, r.resp, r.err, c
 				continue
 			}
-			discard(r.resp, cancels[r.i], false) // a retryable failure while another copy runs
+			discard(r.resp, cancels[r.i]) // a retryable failure while another copy runs
 		case <-timer.C:
-			if !hedging {
-				continue
-			}
 			if len(cancels) >= maxCopies || hs.sent >= p.maxHedges() {
-				hedging = false
 				continue
 			}
 			cost, ok := budget.Withdraw(Hedge)
 			if !ok {
 				hs.refused++
-				hedging = false
 				continue
 			}
-			hedge := shallowCopy(out)
-			if req.Body != nil && req.Body != http.NoBody {
-				body, gerr := req.GetBody()
-				if gerr != nil {
-					budget.Refund(cost, false)
-					hedging = false
-					continue
-				}
-				hedge.Body = body
+			hedge := nextRequest(req, out) // launch gives it a context of its own
+			if hedge == nil {
+				budget.Refund(cost, false)
+				continue
 			}
 			launch(hedge, cost)
 			hs.sent++
@@ -133,7 +124,7 @@ func (t *Transport) sendHedged(base http.RoundTripper, req, out *http.Request, m
 	}
 	for ; inflight > 0; inflight-- {
 		r := <-results
-		discard(r.resp, cancels[r.i], false)
+		discard(r.resp, cancels[r.i])
 	}
 	if winner > 0 && !class.retryable() {
 		hs.won = true

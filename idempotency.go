@@ -34,16 +34,6 @@ func (p *Policy) idempotencyHeader() string {
 	return http.CanonicalHeaderKey(p.IdempotencyHeader)
 }
 
-// newKey returns the key for a write that carries none.
-func (t *Transport) newKey() string {
-	if t.Policy.NewIdempotencyKey != nil {
-		return t.Policy.NewIdempotencyKey()
-	}
-	var u [36]byte
-	t.keys.newUUID(&u)
-	return string(u[:])
-}
-
 // keyedRequest is the copy of a write's request that carries a generated
 // key, allocated in one piece with the key's text and, for a header of
 // usual size, the header's values: a write's key costs a handful of

@@ -14,17 +14,6 @@ import (
 // message fails those tests instead of silently turning a retryable failure
 // into a permanent one.
 
-// connFailure says what a recognised connection failure proves.
-type connFailure uint8
-
-const (
-	notConnFailure connFailure = iota
-	// connLost: the connection broke while the request was in flight; the
-	// server may or may not have processed it, so a write without a key is
-	// not retried after it.
-	connLost
-)
-
 // A stream above the LastStreamID of an HTTP/2 graceful-shutdown GOAWAY was
 // provably not processed (RFC 9113 §6.8). net/http replays such a stream
 // itself on a new connection whenever it can rewind the body, keyless writes
@@ -34,45 +23,35 @@ const (
 // retried for idempotent and keyed requests, not for keyless writes.
 
 // netHTTPMessages are net/http errors made with errors.New, by exact text.
-var netHTTPMessages = map[string]connFailure{
+// Each means the connection broke while the request was in flight: the
+// server may or may not have processed it, so a write without a key is not
+// retried after it.
+var netHTTPMessages = map[string]bool{
 	// The keep-alive race: the server closed an idle connection just as
 	// it was taken for this request (transport.go, errServerClosedIdle).
 	// net/http replays it by itself only for GET, HEAD, OPTIONS, TRACE and
 	// requests carrying Idempotency-Key or X-Idempotency-Key; the rest
 	// reach us. The request may have been written before the close was
 	// seen, so it is not proof that nothing was processed.
-	"http: server closed idle connection": connLost,
+	"http: server closed idle connection": true,
 	// An HTTP/2 connection whose health-check ping went unanswered
 	// (HTTP2Config.SendPingTimeout and PingTimeout) is closed under its
 	// streams (h2_bundle.go, closeForLostPing).
-	"http2: client connection lost": connLost,
+	"http2: client connection lost": true,
 }
 
-// classifyConnFailure reports whether err's chain holds one of net/http's
+// connClosedUnder reports whether err's chain holds one of net/http's
 // untyped connection failures, or a connection closed under the request
 // (net.ErrClosed).
-func classifyConnFailure(err error) connFailure {
-	found := notConnFailure
-	walkChain(err, func(e error) bool {
-		if f, ok := netHTTPMessages[e.Error()]; ok {
-			found = f
-			return true
-		}
-		if isGoAwayError(e) {
-			found = connLost
-			return true
-		}
-		if e == net.ErrClosed {
-			// "use of closed network connection": the connection was closed
-			// under the attempt (a pool, an idle timeout, a teardown racing
-			// the request). A new connection may well succeed; the AWS SDKs
-			// retry it too (aws-sdk-go-v2 issue 2737).
-			found = connLost
-			return true
-		}
-		return false
+func connClosedUnder(err error) bool {
+	return walkChain(err, func(e error) bool {
+		// net.ErrClosed, "use of closed network connection": the
+		// connection was closed under the attempt (a pool, an idle
+		// timeout, a teardown racing the request). A new connection may
+		// well succeed; the AWS SDKs retry it too (aws-sdk-go-v2 issue
+		// 2737).
+		return netHTTPMessages[e.Error()] || isGoAwayError(e) || e == net.ErrClosed
 	})
-	return found
 }
 
 // isGoAwayError reports whether e is an HTTP/2 GoAwayError: the server sent

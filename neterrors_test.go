@@ -158,8 +158,8 @@ func TestNetHTTPConnectionFailures(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.text) {
 				t.Errorf("got %q; want it to contain %q (net/http changed: update neterrors.go)", err, tc.text)
 			}
-			if got := classifyConnFailure(err); got != connLost {
-				t.Errorf("classifyConnFailure: got %v; want connLost", got)
+			if !connClosedUnder(err) {
+				t.Error("connClosedUnder: got false; want true")
 			}
 			if got := DefaultClassify(nil, err); got != Transient {
 				t.Errorf("DefaultClassify: got %v; want Transient", got)

@@ -3,6 +3,7 @@ package retryhttp
 import (
 	"math"
 	"math/rand/v2"
+	"net/http"
 	"testing"
 	"time"
 )
@@ -96,7 +97,8 @@ func TestPolicyDefaults(t *testing.T) {
 	if got := p.idempotencyHeader(); got != "Idempotency-Key" {
 		t.Errorf("IdempotencyHeader: got %q; want Idempotency-Key", got)
 	}
-	if got := len((&Transport{}).newKey()); got != 36 {
+	req, _ := http.NewRequest("POST", "http://x.test/", nil)
+	if got := len((&Transport{}).withNewKey(req, req, p.idempotencyHeader()).Header.Get(DefaultIdempotencyHeader)); got != 36 {
 		t.Errorf("key length: got %d; want 36", got)
 	}
 }

@@ -73,24 +73,21 @@ const (
 
 var _ RetryBudget = (*RatioBudget)(nil)
 
-func (b *RatioBudget) ratio() float64 {
-	switch {
-	case b.Ratio < 0:
-		return 0
-	case b.Ratio == 0:
-		return DefaultRetryRatio
-	}
-	return b.Ratio
-}
+func (b *RatioBudget) ratio() float64 { return orDefaultRate(b.Ratio, DefaultRetryRatio) }
 
 func (b *RatioBudget) minPerSecond() float64 {
+	return orDefaultRate(b.MinPerSecond, DefaultMinRetriesPerSecond)
+}
+
+// orDefaultRate reads a RatioBudget field: zero means def, negative none.
+func orDefaultRate(v, def float64) float64 {
 	switch {
-	case b.MinPerSecond < 0:
+	case v < 0:
 		return 0
-	case b.MinPerSecond == 0:
-		return DefaultMinRetriesPerSecond
+	case v == 0:
+		return def
 	}
-	return b.MinPerSecond
+	return v
 }
 
 func (b *RatioBudget) window() time.Duration { return orDefault(b.Window, DefaultRatioWindow) }

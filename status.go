@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"syscall"
 )
@@ -162,8 +163,7 @@ func classifyError(err error) Class {
 		}
 		return Permanent
 	}
-	if opError(err, "dial") != nil || opError(err, "proxyconnect") != nil ||
-		classifyConnFailure(err) != notConnFailure || anyTimeout(err) {
+	if opError(err, "dial", "proxyconnect") != nil || connClosedUnder(err) || anyTimeout(err) {
 		return Transient
 	}
 	return Permanent
@@ -189,16 +189,16 @@ func statusClass(code int) Class {
 // *net.OpError hides), or a forward proxy refused the tunnel to it.
 func neverSent(err error) bool {
 	var proxyErr *ProxyConnectError
-	return opError(err, "dial") != nil || opError(err, "proxyconnect") != nil || errors.As(err, &proxyErr)
+	return opError(err, "dial", "proxyconnect") != nil || errors.As(err, &proxyErr)
 }
 
-// opError returns the first *net.OpError in err's chain whose Op is op. Unlike
-// errors.As, it looks past an OpError of another Op (a "proxyconnect" error
-// wraps the "dial" error of the proxy).
-func opError(err error, op string) *net.OpError {
+// opError returns the first *net.OpError in err's chain whose Op is one of
+// ops. Unlike errors.As, it looks past an OpError of another Op (a
+// "proxyconnect" error wraps the "dial" error of the proxy).
+func opError(err error, ops ...string) *net.OpError {
 	var found *net.OpError
 	walkChain(err, func(e error) bool {
-		if oe, ok := e.(*net.OpError); ok && oe.Op == op {
+		if oe, ok := e.(*net.OpError); ok && slices.Contains(ops, oe.Op) {
 			found = oe
 			return true
 		}

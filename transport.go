@@ -99,11 +99,10 @@ type Transport struct {
 	// logging.
 	Logger *slog.Logger
 
-	once          sync.Once
-	defaultBase   http.RoundTripper
-	defaultBudget *Budget
-	setBudget     RetryBudget // Budget, unless it is a nil pointer
-	keys          keySource
+	once        sync.Once
+	defaultBase http.RoundTripper
+	inUse       RetryBudget // Budget, or a private bucket
+	keys        keySource
 }
 
 func (t *Transport) init() {
@@ -112,10 +111,9 @@ func (t *Transport) init() {
 		base.OnProxyConnectResponse = CheckProxyConnect
 		t.defaultBase = base
 	}
+	t.inUse = t.Budget
 	if t.Budget == nil || isNilPointer(t.Budget) {
-		t.defaultBudget = NewBudget(DefaultBudgetTokens)
-	} else {
-		t.setBudget = t.Budget
+		t.inUse = NewBudget(DefaultBudgetTokens)
 	}
 }
 
@@ -130,15 +128,7 @@ func isNilPointer(b RetryBudget) bool {
 // private one it made.
 func (t *Transport) BudgetInUse() RetryBudget {
 	t.once.Do(t.init)
-	return t.budget()
-}
-
-// budget is BudgetInUse for callers that already ran init.
-func (t *Transport) budget() RetryBudget {
-	if t.setBudget != nil {
-		return t.setBudget
-	}
-	return t.defaultBudget
+	return t.inUse
 }
 
 // CloseIdleConnections closes the idle connections of the base transport, if
@@ -194,7 +184,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
 	hedge := p.hedgeable(req, safe) && maxAttempts > 1
-	budget := t.budget()
+	budget := t.inUse
 	observe := t.OnAttempt != nil || t.Logger != nil || report != nil
 
 	var (
@@ -238,10 +228,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			resp, release, err, class, hs = t.sendHedged(base, req, sent, maxAttempts-n+1, budget)
 			n += hs.sent // hedges are attempts too
 		case p.AttemptTimeout > 0:
-			var timer *time.Timer
-			resp, release, timer, err = t.sendTimed(base, sent)
-			class = p.classify(resp, err)
-			resp, release, err, class = t.settle(sent, timer, resp, release, err, class)
+			resp, release, err, class = t.sendTimed(base, sent)
 		default:
 			resp, err = roundTripOnce(base, sent)
 			class = p.classify(resp, err)
@@ -307,8 +294,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 
 		wait := delay
-		if drained := discard(resp, release, delay > 0); delay > 0 {
-			wait -= time.Since(drained) // the drain is part of the wait
+		if delay > 0 {
+			began := time.Now()
+			discard(resp, release)
+			wait -= time.Since(began) // the drain is part of the wait
+		} else {
+			discard(resp, release)
 		}
 		resp, release = nil, nil
 		if werr := sleep(ctx, wait); werr != nil {
@@ -335,29 +326,24 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// sendTimed makes one attempt through base under Policy.AttemptTimeout:
-// the attempt has its own context and a timer that cancels it. The timer
-// runs on through the classification (a Classify that peeks into a body that
-// never comes is cut off with the attempt), and settle ends it. release must
-// be called once the response is done with.
-func (t *Transport) sendTimed(base http.RoundTripper, req *http.Request) (resp *http.Response, release func(), timer *time.Timer, err error) {
-	d := t.Policy.AttemptTimeout
-	actx, acancel := context.WithCancel(req.Context())
-	timer = time.AfterFunc(d, acancel)
-	resp, err = roundTripOnce(base, req.WithContext(actx))
-	return resp, acancel, timer, err
-}
-
-// settle stops the timer of an attempt sent with Policy.AttemptTimeout, now
-// that its outcome is classified. If the timer fired first (and the request's
-// own context is still alive), the attempt failed with ErrAttemptTimeout,
-// whatever arrived. Once the timer is stopped, the body that is returned can
-// be read for as long as the caller's context allows.
-func (t *Transport) settle(req *http.Request, timer *time.Timer, resp *http.Response, release func(), err error, class Class) (*http.Response, func(), error, Class) {
+// sendTimed makes one attempt through base under Policy.AttemptTimeout and
+// classifies it: the attempt has its own context and a timer that cancels
+// it. The timer runs on through the classification (a Classify that peeks
+// into a body that never comes is cut off with the attempt); if it fired
+// first, and the request's own context is still alive, the attempt failed
+// with ErrAttemptTimeout, whatever arrived. Once the timer is stopped, the
+// body that is returned can be read for as long as the caller's context
+// allows; release must be called once it is done with.
+func (t *Transport) sendTimed(base http.RoundTripper, req *http.Request) (*http.Response, func(), error, Class) {
+	p := &t.Policy
+	actx, release := context.WithCancel(req.Context())
+	timer := time.AfterFunc(p.AttemptTimeout, release)
+	resp, err := roundTripOnce(base, req.WithContext(actx))
+	class := p.classify(resp, err)
 	if !timer.Stop() && req.Context().Err() == nil {
-		discard(resp, release, false)
-		err = fmt.Errorf("%w after %v", ErrAttemptTimeout, t.Policy.AttemptTimeout)
-		return nil, nil, err, t.Policy.classify(nil, err)
+		discard(resp, release)
+		err = fmt.Errorf("%w after %v", ErrAttemptTimeout, p.AttemptTimeout)
+		return nil, nil, err, p.classify(nil, err)
 	}
 	if err != nil {
 		release()
@@ -409,7 +395,7 @@ func (t *Transport) observe(ctx context.Context, report *Report, a Attempt, resp
 	if resp != nil {
 		a.Status = resp.StatusCode
 	}
-	if f, ok := t.budget().(interface{ Fallback() (bool, error) }); ok {
+	if f, ok := t.inUse.(interface{ Fallback() (bool, error) }); ok {
 		a.BudgetFallback, _ = f.Fallback()
 	}
 	report.add(a)
@@ -438,7 +424,7 @@ func (t *Transport) abandon(resp *http.Response, release func(), cancel context.
 		closeBody(next.Body)
 	}
 	if unpaid != 0 {
-		t.budget().Refund(unpaid, false)
+		t.inUse.Refund(unpaid, false)
 	}
 }
 
@@ -514,12 +500,8 @@ func closeBody(b io.ReadCloser) {
 // connection can be reused, closes it and releases its attempt. The drain is
 // bounded in bytes (drainLimit) and in time (drainTimeout): a body that is
 // longer, or slower, is closed unread, which costs a new connection but never
-// the request's time. When clock is set, it returns the time the drain
-// started, so that the wait that follows can count the drain as part of it.
-func discard(resp *http.Response, release func(), clock bool) (started time.Time) {
-	if clock {
-		started = time.Now()
-	}
+// the request's time.
+func discard(resp *http.Response, release func()) {
 	if resp != nil && resp.Body != nil && resp.Body != http.NoBody {
 		body := resp.Body
 		// Closing a body ends a read blocked in it (net/http's bodies,
@@ -533,7 +515,6 @@ func discard(resp *http.Response, release func(), clock bool) (started time.Time
 	if release != nil {
 		release()
 	}
-	return started
 }
 
 // sleep waits for d or until ctx ends, and returns ctx's error in that case.

@@ -189,13 +189,7 @@ func (b *Budget) Deposit(success bool) {
 // when it cannot pay (one round trip, bounded by Timeout). When Redis
 // cannot be reached, the local fallback pays, and the budget says so.
 func (b *Budget) Withdraw(c retryhttp.Class) (int64, bool) {
-	cost := int64(retryhttp.RetryCost)
-	switch c {
-	case retryhttp.Throttling:
-		cost = retryhttp.ThrottleRetryCost
-	case retryhttp.Hedge:
-		cost = retryhttp.HedgeCost
-	}
+	cost := c.Cost()
 	if b.takeLease(cost) {
 		return cost, true
 	}
