@@ -34,6 +34,7 @@ func BenchmarkRoundTripSuccess(b *testing.B) {
 	}{
 		{"GET/base", base, get},
 		{"GET/transport", &Transport{Base: base}, get},
+		{"GET/limiter", &Transport{Base: base, Limiter: &RateLimiter{}}, get}, // idle: never throttled
 		{"POST/base", base, post},
 		{"POST/transport", &Transport{Base: base}, post},
 	} {
@@ -56,7 +57,7 @@ func BenchmarkRoundTripSuccessParallel(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		rt   http.RoundTripper
-	}{{"base", base}, {"transport", &Transport{Base: base}}} {
+	}{{"base", base}, {"transport", &Transport{Base: base}}, {"limiter", &Transport{Base: base, Limiter: &RateLimiter{}}}} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {

@@ -100,6 +100,10 @@ func (t *Transport) sendHedged(base http.RoundTripper, req, out *http.Request, m
 			if len(cancels) >= maxCopies || hs.sent >= p.maxHedges() {
 				continue
 			}
+			if t.Limiter != nil && t.Limiter.limitingNow() {
+				hs.refused++ // a throttled client sends no extra copies
+				continue
+			}
 			cost, ok := budget.Withdraw(Hedge)
 			if !ok {
 				hs.refused++

@@ -22,7 +22,8 @@ import (
 
 // ExhaustedHeader is the response header that says "retries for this request
 // were already made, and used up, further down: do not retry it". Its value
-// names the reason: "attempts", "budget", "server-delay" or "downstream".
+// names the reason: "attempts", "budget", "server-delay", "downstream" or
+// "rate-limited".
 // Handler adds it; the Transport stops on it (StopDownstream).
 //
 // The Transport also honours the signals other systems put on the wire for
@@ -68,6 +69,8 @@ func exhaustedReason(d Decision, maxAttempts int) string {
 		return "server-delay"
 	case StopDownstream:
 		return "downstream"
+	case StopRateLimited:
+		return "rate-limited"
 	}
 	return ""
 }

@@ -41,6 +41,9 @@ const (
 	// used up further down (ExhaustedHeader, or another system's "do not
 	// retry" signal). It is returned at once, at no cost to the Budget.
 	StopDownstream
+	// StopRateLimited: the Transport's Limiter could give the next attempt
+	// no send permit before the deadline (or within its MaxWait).
+	StopRateLimited
 )
 
 func (d Decision) String() string {
@@ -65,6 +68,8 @@ func (d Decision) String() string {
 		return "canceled"
 	case StopDownstream:
 		return "retried downstream"
+	case StopRateLimited:
+		return "rate limited"
 	}
 	return "decision(" + itoa(int(d)) + ")"
 }
@@ -118,12 +123,19 @@ type Attempt struct {
 	// HedgeWon reports whether a hedged copy's answer, not the first copy's,
 	// is this attempt's outcome.
 	HedgeWon bool
-	// HedgesRefused is how many hedges the budget refused.
+	// HedgesRefused is how many hedges were not sent because the budget
+	// refused them or the Limiter was limiting.
 	HedgesRefused int
 	// BudgetFallback reports that the budget is a shared one (such as
 	// redisbudget's) that could not reach its store and pays from a local
 	// fallback: it has a method Fallback() (bool, error) that says so.
 	BudgetFallback bool
+	// RateLimit is the Transport's RateLimiter's rate after the decision,
+	// in permits per second; 0 when there is none or it is not limiting.
+	RateLimit float64
+	// PermitWait is how long this attempt waited for a send permit from the
+	// RateLimiter, beyond any backoff.
+	PermitWait time.Duration
 }
 
 // String renders the attempt for humans, with the URL stripped of user info,
@@ -159,7 +171,7 @@ func (a Attempt) LogValue() slog.Value {
 }
 
 func (a Attempt) attrs() []slog.Attr {
-	attrs := make([]slog.Attr, 0, 10)
+	attrs := make([]slog.Attr, 0, 12)
 	if a.Request != nil {
 		attrs = append(attrs,
 			slog.String("method", method(a.Request)),
@@ -179,6 +191,12 @@ func (a Attempt) attrs() []slog.Attr {
 	}
 	if a.BudgetFallback {
 		attrs = append(attrs, slog.Bool("budget_fallback", true))
+	}
+	if a.RateLimit > 0 {
+		attrs = append(attrs, slog.Float64("rate_limit", a.RateLimit))
+	}
+	if a.PermitWait > 0 {
+		attrs = append(attrs, slog.Duration("permit_wait", a.PermitWait))
 	}
 	return append(attrs, slog.Int("tokens", a.Tokens))
 }

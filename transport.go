@@ -85,6 +85,13 @@ type Transport struct {
 	// fleet.
 	Budget RetryBudget
 
+	// Limiter, if not nil, slows the Transport while it is being throttled:
+	// every attempt, the first of a request included, waits for a send
+	// permit from it, and a request whose permit would come after its
+	// deadline fails at once (StopRateLimited). Give several Transports the
+	// same RateLimiter to make them share one rate. Nil means no limit.
+	Limiter *RateLimiter
+
 	// OnAttempt, if not nil, is called after every attempt, once the
 	// decision about it is made and before any wait, on the goroutine that
 	// called RoundTrip. It must not block for long: the request waits for
@@ -187,9 +194,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	budget := t.inUse
 	observe := t.OnAttempt != nil || t.Logger != nil || report != nil
 
+	lim := t.Limiter
 	var (
 		prevDelay time.Duration
 		lastCost  int64 // the tokens the retry now being made took
+		permit    permit
 		start     time.Time
 		resp      *http.Response
 		err       error
@@ -211,6 +220,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}()
 	}
 	for n := 1; ; n++ {
+		if lim != nil {
+			if perr := permit.await(ctx, lim); perr != nil {
+				// No attempt is made: the body the base would have closed
+				// is closed here, and the retry's tokens go back.
+				closeBody(out.Body)
+				budget.Refund(unpaid, false)
+				unpaid = 0
+				return nil, t.stopBeforeAttempt(ctx, report, n-1, maxAttempts, perr, err, cancel, &returned)
+			}
+		}
+		permitWait := permit.waited
 		if observe {
 			start = time.Now()
 		}
@@ -237,6 +257,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if first == 1 {
 			budget.Deposit(class == Success) // before a retry is weighed
 		}
+		if lim != nil {
+			lim.answered(permit.epoch, class == Throttling)
+		}
 		decision := Done
 		var (
 			delay time.Duration
@@ -250,6 +273,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			decision = StopCanceled
 		case class.retryable():
 			decision, delay, src, lastCost = t.decide(ctx, n, maxAttempts, class, resp, err, safe, replayable, prevDelay, budget)
+			if decision == Retry && lim != nil {
+				if delay, decision = permit.plan(ctx, lim, delay); decision != Retry {
+					budget.Refund(lastCost, false)
+				}
+			}
 			if decision == Retry {
 				unpaid = lastCost
 				if next = nextRequest(req, out); next == nil {
@@ -264,7 +292,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if observe {
 			t.observe(ctx, report, Attempt{Request: sent, Number: first, Err: err, Class: class, Decision: decision,
 				Delay: delay, DelaySource: src, Tokens: budget.Available(), Duration: time.Since(start),
-				Hedges: hs.sent, HedgeWon: hs.won, HedgesRefused: hs.refused}, resp)
+				Hedges: hs.sent, HedgeWon: hs.won, HedgesRefused: hs.refused,
+				PermitWait: permitWait, RateLimit: lim.rate()}, resp)
 		}
 
 		if decision != Retry {
@@ -309,21 +338,35 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if next != out {
 				closeBody(next.Body)
 			}
-			if cancel != nil {
-				cancel()
-			}
-			report.finish(StopCanceled)
-			returned = true
-			cause := werr
-			if err != nil {
-				cause = fmt.Errorf("%w; last attempt: %w", werr, err)
-			}
-			return nil, &Error{Attempts: n, Decision: StopCanceled, Err: cause}
+			return nil, t.stopBeforeAttempt(ctx, report, n, maxAttempts, werr, err, cancel, &returned)
 		}
 		report.waited(delay)
 		prevDelay = delay
 		out, next, unpaid = next, nil, 0
 	}
+}
+
+// stopBeforeAttempt ends a RoundTrip whose next attempt will not be made:
+// its context ended during a wait, or its RateLimiter has no permit for it
+// (why). lastErr is the last attempt's error, if there was one.
+func (t *Transport) stopBeforeAttempt(ctx context.Context, report *Report, attempts, maxAttempts int, why, lastErr error,
+	cancel context.CancelFunc, returned *bool,
+) error {
+	decision := StopCanceled
+	if errors.Is(why, ErrRateLimited) {
+		decision = StopRateLimited
+		markLayer(ctx, decision, maxAttempts)
+	}
+	if cancel != nil {
+		cancel()
+	}
+	report.finish(decision)
+	*returned = true
+	cause := why
+	if lastErr != nil {
+		cause = fmt.Errorf("%w; last attempt: %w", why, lastErr)
+	}
+	return &Error{Attempts: attempts, Decision: decision, Err: cause}
 }
 
 // sendTimed makes one attempt through base under Policy.AttemptTimeout and

@@ -1,0 +1,44 @@
+// Command throttle compares client-side throttling on one workload: a
+// server with a fixed capacity that answers 429 above it (halving half-way
+// through), and clients that want five times that capacity. It runs no
+// limiter, the AWS SDK for Go v2's adaptive retry mode, failsafe-go's
+// adaptive throttler and this library's RateLimiter side by side, each
+// against a loopback server of its own, in real time:
+//
+//	cd bench && go run ./cmd/throttle          # a table
+//	cd bench && go run ./cmd/throttle -json    # one JSON object
+//
+// The same comparison runs in fake time in bench's TestThrottlingGoals. See
+// docs/throttling.md.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/herdproof/retryhttp/bench"
+)
+
+func main() {
+	asJSON := flag.Bool("json", false, "print one JSON object")
+	cfg := bench.DefaultThrottleConfig
+	flag.Float64Var(&cfg.Capacity, "capacity", cfg.Capacity, "the server's requests per second (halved half-way)")
+	flag.IntVar(&cfg.Clients, "clients", cfg.Clients, "clients")
+	flag.Float64Var(&cfg.PerClient, "per-client", cfg.PerClient, "requests per second each client wants")
+	flag.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of the run")
+	flag.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the clients' request times")
+	flag.Parse()
+
+	runs := bench.ThrottleLoopback(cfg)
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(map[string]any{"capacity": cfg.Capacity, "runs": runs})
+		return
+	}
+	fmt.Printf("%d clients x %g requests/s against a capacity of %g/s (%g/s after %v), %v, loopback\n\n",
+		cfg.Clients, cfg.PerClient, cfg.Capacity, cfg.Capacity/2, cfg.Duration/2, cfg.Duration)
+	fmt.Print(bench.ThrottleTable(runs))
+}

@@ -1,0 +1,468 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/failsafe-go/failsafe-go/adaptivethrottler"
+	"github.com/failsafe-go/failsafe-go/failsafehttp"
+	"github.com/herdproof/retryhttp"
+)
+
+// ThrottleConfig is the throttling comparison's workload: a server that
+// admits Capacity requests per second (a token bucket of depth Burst) and
+// answers 429 above it, halving its capacity half-way through, and Clients
+// clients that each want PerClient requests per second, every request with
+// a deadline of Timeout.
+type ThrottleConfig struct {
+	Capacity  float64
+	Burst     float64
+	Clients   int
+	PerClient float64
+	Duration  time.Duration
+	Timeout   time.Duration
+	// Seed seeds the clients' request times (Poisson arrivals).
+	Seed uint64
+}
+
+// DefaultThrottleConfig is the workload of docs/throttling.md: 20 clients
+// wanting 50 requests per second each, five times the capacity of 200, for
+// 60 s, the capacity halving to 100 at 30 s.
+var DefaultThrottleConfig = ThrottleConfig{Capacity: 200, Burst: 20, Clients: 20, PerClient: 50,
+	Duration: 60 * time.Second, Timeout: time.Second, Seed: 1}
+
+// ThrottleRun is one implementation's result.
+type ThrottleRun struct {
+	Name string `json:"name"`
+	// Attempts and Throttled are what the server received and answered
+	// with 429, in total.
+	Attempts  int `json:"attempts"`
+	Throttled int `json:"throttled"`
+	// GoodputRatio is the 2xx per second over the capacity once the run
+	// converged (over the whole phase when it never did).
+	GoodputRatio float64 `json:"goodput_ratio"`
+	// ConvergeSeconds is how long after the start the attempts per second
+	// (over one second) came within 10% of the capacity and stayed there
+	// for 3 s; ReconvergeSeconds the same after the capacity halved. Null
+	// when that never happened.
+	ConvergeSeconds   *float64 `json:"converge_seconds"`
+	ReconvergeSeconds *float64 `json:"reconverge_seconds"`
+	// Jain is Jain's fairness index of the clients' 2xx counts: 1 when all
+	// got the same, 1/Clients when one got everything.
+	Jain float64 `json:"jain"`
+	// PerSecond is what the server saw in each second.
+	PerSecond []ThrottleSecond `json:"per_second"`
+}
+
+// ThrottleSecond is one second at the server.
+type ThrottleSecond struct {
+	Attempts  int `json:"attempts"`
+	Throttled int `json:"throttled"`
+	OK        int `json:"ok"`
+}
+
+// throttleImpl makes one client's RoundTripper over base.
+type throttleImpl struct {
+	name string
+	new  func(base http.RoundTripper) http.RoundTripper
+}
+
+// ThrottleImpls are the implementations compared, in the JSON's order.
+var throttleImpls = []throttleImpl{
+	{"none", func(base http.RoundTripper) http.RoundTripper { return &retryhttp.Transport{Base: base} }},
+	{"aws-adaptive", newAWSAdaptive},
+	{"failsafe-throttler", newFailsafeThrottler},
+	{"retryhttp", func(base http.RoundTripper) http.RoundTripper {
+		return &retryhttp.Transport{Base: base, Limiter: &retryhttp.RateLimiter{}}
+	}},
+}
+
+// ThrottleNames lists the implementations compared.
+func ThrottleNames() []string {
+	names := make([]string, len(throttleImpls))
+	for i, impl := range throttleImpls {
+		names[i] = impl.name
+	}
+	return names
+}
+
+// binWidth is the resolution of the server's counts.
+const binWidth = 100 * time.Millisecond
+
+// capacityServer admits requests from a token bucket and answers 429 when
+// it is empty; its rate halves at half time. It counts what it saw per bin.
+type capacityServer struct {
+	cfg   ThrottleConfig
+	start time.Time
+
+	mu                      sync.Mutex
+	tokens                  float64
+	last                    time.Time
+	attempts, throttled, ok []int
+}
+
+func newCapacityServer(cfg ThrottleConfig, start time.Time) *capacityServer {
+	bins := int(cfg.Duration/binWidth) + 1
+	return &capacityServer{cfg: cfg, start: start, tokens: cfg.Burst, last: start,
+		attempts: make([]int, bins), throttled: make([]int, bins), ok: make([]int, bins)}
+}
+
+func (s *capacityServer) rate(now time.Time) float64 {
+	if now.Sub(s.start) >= s.cfg.Duration/2 {
+		return s.cfg.Capacity / 2
+	}
+	return s.cfg.Capacity
+}
+
+func (s *capacityServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	now := time.Now()
+	s.mu.Lock()
+	s.tokens = min(s.cfg.Burst, s.tokens+now.Sub(s.last).Seconds()*s.rate(now))
+	s.last = now
+	admitted := s.tokens >= 1
+	if admitted {
+		s.tokens--
+	}
+	if b := int(now.Sub(s.start) / binWidth); b >= 0 && b < len(s.attempts) {
+		s.attempts[b]++
+		if admitted {
+			s.ok[b]++
+		} else {
+			s.throttled[b]++
+		}
+	}
+	s.mu.Unlock()
+	if !admitted {
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
+}
+
+// handlerTransport serves each request with a handler in the calling
+// goroutine: no network, so the whole comparison runs in a synctest bubble.
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+	if err := req.Context().Err(); err != nil {
+		return nil, err
+	}
+	rec := httptest.NewRecorder()
+	t.h.ServeHTTP(rec, req)
+	return rec.Result(), nil
+}
+
+// ThrottleInMemory runs every implementation against a server called in
+// memory (see handlerTransport), one after another, on the clock it is
+// given: in a synctest bubble, 60 s of fake time take seconds.
+func ThrottleInMemory(cfg ThrottleConfig) []ThrottleRun {
+	var runs []ThrottleRun
+	for _, impl := range throttleImpls {
+		start := time.Now()
+		srv := newCapacityServer(cfg, start)
+		runs = append(runs, runThrottle(cfg, impl, srv, handlerTransport{srv}, "http://capacity.test/"))
+	}
+	return runs
+}
+
+// ThrottleLoopback runs every implementation at once, each against a
+// loopback server of its own, in real time.
+func ThrottleLoopback(cfg ThrottleConfig) []ThrottleRun {
+	runs := make([]ThrottleRun, len(throttleImpls))
+	var wg sync.WaitGroup
+	start := time.Now().Add(200 * time.Millisecond) // every run starts together
+	for i, impl := range throttleImpls {
+		srv := newCapacityServer(cfg, start)
+		ts := httptest.NewServer(srv)
+		base := &http.Transport{MaxIdleConnsPerHost: 200}
+		wg.Go(func() {
+			defer ts.Close()
+			defer base.CloseIdleConnections()
+			time.Sleep(time.Until(start))
+			runs[i] = runThrottle(cfg, impl, srv, base, ts.URL)
+		})
+	}
+	wg.Wait()
+	return runs
+}
+
+// runThrottle drives cfg.Clients clients, each with its own RoundTripper
+// from impl, at cfg.PerClient requests per second each, spread evenly.
+func runThrottle(cfg ThrottleConfig, impl throttleImpl, srv *capacityServer, base http.RoundTripper, url string) ThrottleRun {
+	oks := make([]int, cfg.Clients)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	start := srv.start
+	for c := range cfg.Clients {
+		rt := impl.new(base)
+		rnd := rand.New(rand.NewPCG(cfg.Seed, uint64(c)))
+		wg.Go(func() {
+			var reqs sync.WaitGroup
+			at := start
+			for {
+				// Poisson arrivals: fixed spacing would let the same
+				// clients always find the server's bucket refilled.
+				at = at.Add(time.Duration(rnd.ExpFloat64() / cfg.PerClient * float64(time.Second)))
+				if at.Sub(start) >= cfg.Duration {
+					break
+				}
+				time.Sleep(time.Until(at))
+				reqs.Go(func() {
+					if sendOne(rt, url, cfg.Timeout) {
+						mu.Lock()
+						oks[c]++
+						mu.Unlock()
+					}
+				})
+			}
+			reqs.Wait()
+			if ci, ok := rt.(interface{ CloseIdleConnections() }); ok {
+				ci.CloseIdleConnections()
+			}
+		})
+	}
+	wg.Wait()
+	return summarize(cfg, impl.name, srv, oks)
+}
+
+// sendOne makes one request with a deadline and reports whether it got a 2xx.
+func sendOne(rt http.RoundTripper, url string, timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if err != nil {
+		panic(err)
+	}
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		return false
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode/100 == 2
+}
+
+func summarize(cfg ThrottleConfig, name string, srv *capacityServer, oks []int) ThrottleRun {
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	run := ThrottleRun{Name: name, Jain: jain(oks)}
+	perSecond := int(time.Second / binWidth)
+	bins := int(cfg.Duration / binWidth)
+	for b := range bins {
+		run.Attempts += srv.attempts[b]
+		run.Throttled += srv.throttled[b]
+		if b%perSecond == 0 {
+			run.PerSecond = append(run.PerSecond, ThrottleSecond{})
+		}
+		s := &run.PerSecond[len(run.PerSecond)-1]
+		s.Attempts += srv.attempts[b]
+		s.Throttled += srv.throttled[b]
+		s.OK += srv.ok[b]
+	}
+	half := bins / 2
+	var good, secs float64
+	for i, phase := range [][2]int{{0, half}, {half, bins}} {
+		capacity := cfg.Capacity / float64(1+i)
+		conv, from := converge(srv.attempts, phase[0], phase[1], capacity)
+		if conv >= 0 {
+			c := math.Round(conv*10) / 10
+			if i == 0 {
+				run.ConvergeSeconds = &c
+			} else {
+				run.ReconvergeSeconds = &c
+			}
+		}
+		for b := from; b < phase[1]; b++ {
+			good += float64(srv.ok[b]) / capacity
+		}
+		secs += float64(phase[1]-from) * binWidth.Seconds()
+	}
+	if secs > 0 {
+		run.GoodputRatio = math.Round(good/secs*1000) / 1000
+	}
+	return run
+}
+
+// converge finds when, within bins [from, to), the attempts over the last
+// second came within 10% of capacity and stayed there for 3 s. It returns the seconds since from and the first bin
+// after that second, or -1 and from when that never happened.
+func converge(attempts []int, from, to int, capacity float64) (float64, int) {
+	window := int(time.Second / binWidth)
+	stay := 3 * window
+	within := func(b int) bool { // the second ending with bin b
+		n := 0
+		for i := b - window + 1; i <= b; i++ {
+			n += attempts[i]
+		}
+		return math.Abs(float64(n)-capacity) <= 0.1*capacity
+	}
+	for b := from + window - 1; b+stay <= to; b++ {
+		ok := true
+		for e := b; e < b+stay; e++ {
+			if !within(e) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return float64(b+1-from) * binWidth.Seconds(), b + 1
+		}
+	}
+	return -1, from
+}
+
+// jain is Jain's fairness index of xs.
+func jain(xs []int) float64 {
+	var sum, sq float64
+	for _, x := range xs {
+		sum += float64(x)
+		sq += float64(x) * float64(x)
+	}
+	if sq == 0 {
+		return 0
+	}
+	return math.Round(sum*sum/(float64(len(xs))*sq)*1000) / 1000
+}
+
+// awsAdaptive drives the AWS SDK for Go v2's adaptive retry mode
+// (retry.NewAdaptiveMode, with its defaults) the way its retry middleware
+// does (aws/retry/middleware.go, handleAttempt): GetAttemptToken before
+// every attempt, which waits for the adaptive rate limiter's token (for as
+// long as the context allows); the attempt; the release of the attempt
+// token and of the retry token with the attempt's error (a 429 becomes a
+// statusError whose code "Throttling" the default throttle checks read);
+// then IsErrorRetryable, MaxAttempts, GetRetryToken, RetryDelay and a
+// sleep. Outside the SDK's middleware stack there is no retry metadata in
+// the context, so the standard part of every attempt token is the first
+// attempt's (a success adds the quota's NoRetryIncrement, 1 token): the
+// rate limiter, which is what is compared here, is driven exactly.
+type awsAdaptive struct {
+	base    http.RoundTripper
+	retryer *retry.AdaptiveMode
+	head    chan struct{} // held by the waiter that asks for a token
+}
+
+func newAWSAdaptive(base http.RoundTripper) http.RoundTripper {
+	return &awsAdaptive{base: base, head: make(chan struct{}, 1),
+		retryer: retry.NewAdaptiveMode(func(o *retry.AdaptiveModeOptions) { o.FailOnNoAttemptTokens = true })}
+}
+
+// attemptToken is GetAttemptToken's own wait, made so that it runs on a
+// fake clock. The SDK sleeps for exactly the time the missing fraction of a
+// token takes to refill, truncated to whole nanoseconds; on a fake clock,
+// which does not move while a goroutine runs, that becomes a zero sleep that
+// never ends. So FailOnNoAttemptTokens is set, and the waiters queue: the
+// first one asks again every millisecond (the precision of a timer in real
+// time) until it gets a token or its context ends.
+func (t *awsAdaptive) attemptToken(ctx context.Context) (func(error) error, error) {
+	select {
+	case t.head <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-t.head }()
+	for {
+		release, err := t.retryer.GetAttemptToken(ctx)
+		if err == nil {
+			return release, nil
+		}
+		timer := time.NewTimer(time.Millisecond)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, ctx.Err()
+		case <-timer.C:
+		}
+	}
+}
+
+func (t *awsAdaptive) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	releaseRetry := func(error) error { return nil }
+	for attempt := 1; ; attempt++ {
+		release, err := t.attemptToken(ctx)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := t.base.RoundTrip(req)
+		opErr := err
+		if err == nil && (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500) {
+			opErr = &statusError{resp.StatusCode}
+		}
+		releaseRetry(opErr)
+		release(opErr)
+		if opErr == nil || !t.retryer.IsErrorRetryable(opErr) || attempt >= t.retryer.MaxAttempts() {
+			return resp, err
+		}
+		rel, qerr := t.retryer.GetRetryToken(ctx, opErr)
+		if qerr != nil {
+			return resp, err
+		}
+		releaseRetry = rel
+		delay, derr := t.retryer.RetryDelay(attempt, opErr)
+		if derr != nil {
+			return resp, err
+		}
+		if resp != nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		timer := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, errors.Join(ctx.Err(), err)
+		case <-timer.C:
+		}
+	}
+}
+
+// newFailsafeThrottler is failsafe-go's client-side adaptive throttler (the
+// SRE book's, adaptivethrottler.NewBuilder with its defaults: reject once
+// fewer than 90% of recent executions succeed) counting 429s as failures,
+// inside failsafehttp's retry policy with a backoff like this library's
+// after a throttle (1 s doubling, full jitter, capped at 20 s); a request
+// the throttler rejects is not retried.
+func newFailsafeThrottler(base http.RoundTripper) http.RoundTripper {
+	throttler := adaptivethrottler.NewBuilder[*http.Response]().
+		HandleIf(func(resp *http.Response, err error) bool {
+			return err == nil && resp.StatusCode == http.StatusTooManyRequests
+		}).Build()
+	retries := failsafehttp.NewRetryPolicyBuilder().
+		WithBackoff(time.Second, 20*time.Second).
+		WithJitterFactor(1).
+		AbortOnErrors(adaptivethrottler.ErrExceeded).
+		Build()
+	return failsafehttp.NewRoundTripper(base, retries, throttler)
+}
+
+// ThrottleTable renders runs as a Markdown table.
+func ThrottleTable(runs []ThrottleRun) string {
+	var b strings.Builder
+	b.WriteString("| implementation | attempts | 429s | goodput / capacity | converge | after the halving | Jain |\n|---|---|---|---|---|---|---|\n")
+	for _, r := range runs {
+		fmt.Fprintf(&b, "| %s | %d | %d | %.3f | %s | %s | %.3f |\n", r.Name, r.Attempts, r.Throttled, r.GoodputRatio,
+			secs(r.ConvergeSeconds), secs(r.ReconvergeSeconds), r.Jain)
+	}
+	return b.String()
+}
+
+// secs renders a convergence time.
+func secs(p *float64) string {
+	if p == nil {
+		return "never"
+	}
+	return strconv.FormatFloat(*p, 'f', 1, 64) + " s"
+}

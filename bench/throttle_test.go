@@ -1,0 +1,54 @@
+package bench
+
+import (
+	"testing"
+	"testing/synctest"
+)
+
+// TestThrottlingGoals runs docs/throttling.md's comparison in fake time
+// (60 s of it, a few seconds of CPU) and asserts the goals against the
+// AWS SDK's adaptive mode and failsafe-go's adaptive throttler on the same
+// workload: goodput within 5% of the capacity, at least 2x fewer 429s than
+// AWS and fewer than failsafe-go at equal goodput, converging no slower
+// than either, at the start and after the capacity halves.
+func TestThrottlingGoals(t *testing.T) {
+	var runs []ThrottleRun
+	synctest.Test(t, func(t *testing.T) {
+		runs = ThrottleInMemory(DefaultThrottleConfig)
+	})
+	t.Logf("\n%s", ThrottleTable(runs))
+	by := map[string]ThrottleRun{}
+	for _, r := range runs {
+		by[r.Name] = r
+	}
+	ours, aws, failsafe := by["retryhttp"], by["aws-adaptive"], by["failsafe-throttler"]
+	if ours.GoodputRatio < 0.95 {
+		t.Errorf("got goodput %.3f of capacity; want at least 0.95", ours.GoodputRatio)
+	}
+	for _, peer := range []ThrottleRun{aws, failsafe} {
+		if ours.GoodputRatio < peer.GoodputRatio-0.01 {
+			t.Errorf("got goodput %.3f; %s %.3f: want no lower", ours.GoodputRatio, peer.Name, peer.GoodputRatio)
+		}
+		if slower(ours.ConvergeSeconds, peer.ConvergeSeconds) || slower(ours.ReconvergeSeconds, peer.ReconvergeSeconds) {
+			t.Errorf("got convergence %s and %s after the halving; %s %s and %s: want no slower", secs(ours.ConvergeSeconds),
+				secs(ours.ReconvergeSeconds), peer.Name, secs(peer.ConvergeSeconds), secs(peer.ReconvergeSeconds))
+		}
+	}
+	if 2*ours.Throttled > aws.Throttled {
+		t.Errorf("got %d 429s; AWS adaptive mode %d: want at least 2x fewer", ours.Throttled, aws.Throttled)
+	}
+	if ours.Throttled >= failsafe.Throttled {
+		t.Errorf("got %d 429s; failsafe-go's throttler %d: want fewer", ours.Throttled, failsafe.Throttled)
+	}
+}
+
+// slower reports whether a converged later than b, or never while b did.
+func slower(a, b *float64) bool {
+	switch {
+	case a == nil:
+		return b != nil
+	case b == nil:
+		return false
+	}
+	return *a > *b
+}

@@ -1,0 +1,402 @@
+package retryhttp
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Adaptive client-side rate limiting: a budget stops retries, but a client
+// that is being throttled also has to slow its first attempts. The AWS SDKs'
+// adaptive retry mode does it with a CUBIC-shaped send rate (aws-sdk-go-v2,
+// aws/retry/adaptive_ratelimit.go; the shape is CUBIC's, RFC 9438): the
+// rate drops to 0.7 of the measured send rate on a throttle and grows back
+// along a cubic curve, and a token bucket hands out permits at that rate.
+// RateLimiter keeps the shape and changes four things that docs/throttling.md
+// measures on the same workload:
+//
+//   - One cut per round: a throttle answering an attempt whose permit was
+//     given before the last cut says nothing new (the cut was already made
+//     for it). The AWS limiter cuts again for every throttle in a burst,
+//     collapsing the rate to a fraction of what the server allows, and then
+//     takes the collapsed rate as the point to grow back to.
+//   - The time to grow back (Recovery) is fixed, not the cube root of the
+//     rate: the AWS curve grows back in about 2 s for a client whose share
+//     is 10 requests per second, so twenty such clients probe past the
+//     server's capacity every few seconds, and each probe costs 429s.
+//   - Permits are spaced evenly with no burst (the AWS bucket holds a
+//     second's worth), and a cut applies at once to attempts already waiting
+//     for a permit: they take a new one at the new rate.
+//   - At the first throttle, the send rate is measured over what has been
+//     sent so far even when that is less than a measuring interval; the AWS
+//     limiter then reads a rate of zero and starts again from its minimum,
+//     0.5 per second.
+
+// Defaults of a RateLimiter's zero fields.
+const (
+	// DefaultLimiterBeta is the share of the send rate kept after a
+	// throttle: CUBIC's and the AWS SDKs' 0.7.
+	DefaultLimiterBeta = 0.7
+	// DefaultLimiterRecovery is how long the rate takes to grow back to
+	// where the last throttle came.
+	DefaultLimiterRecovery = 12 * time.Second
+	// DefaultLimiterMinRate is the lowest rate, in permits per second: the
+	// AWS SDKs' minimum fill rate.
+	DefaultLimiterMinRate = 0.5
+)
+
+// ErrRateLimited is the error of a request whose next attempt could not get
+// a send permit from the Transport's RateLimiter before the request's
+// deadline (or within RateLimiter.MaxWait). Nothing was sent for that
+// attempt.
+var ErrRateLimited = errors.New("retryhttp: no send permit before the deadline")
+
+// A RateLimiter slows a client that is being throttled: every attempt, the
+// first of a request included, waits for a send permit, and permits come at
+// a rate that drops when a throttling response (429, or what the Policy
+// classifies as Throttling) arrives and grows back while none does.
+//
+// Until its first throttle, a RateLimiter only counts what is sent: it lets
+// everything through. On a throttle the rate drops to Beta times the
+// current send rate; it then grows back along a cubic curve, fast at first,
+// flat when it nears the rate at which the throttle came (after Recovery),
+// and faster again beyond it, probing for more. It never exceeds twice the
+// measured send rate, so that a quiet client does not build up a rate it
+// could not have tested. A request whose permit would come after its
+// deadline fails at once with ErrRateLimited rather than waiting for
+// nothing.
+//
+// The zero RateLimiter is ready to use with the defaults above. It is safe
+// for concurrent use, and several Transports may share one, as they may
+// share a Budget, when they call the same dependency: a RateLimiter limits
+// everything that goes through it, so give each dependency (each host that
+// throttles on its own) a RateLimiter of its own. It starts no goroutine and
+// no timer of its own; the waits are the requests' own. Its fields must not
+// change after its first use.
+type RateLimiter struct {
+	// Beta is the share of the send rate kept after a throttle, between 0
+	// and 1. Zero means DefaultLimiterBeta.
+	Beta float64
+	// Recovery is how long after a throttle the rate is back at the rate
+	// it was cut from. Zero means DefaultLimiterRecovery.
+	Recovery time.Duration
+	// MinRate is the lowest rate, in permits per second. Zero means
+	// DefaultLimiterMinRate.
+	MinRate float64
+	// MaxWait bounds the wait for one permit: an attempt whose permit is
+	// further away fails with ErrRateLimited. Zero means no bound but the
+	// request's deadline, so a request without one waits as long as it
+	// takes (or until its context ends).
+	MaxWait time.Duration
+
+	// Until the first throttle (limiting is false), sends are only
+	// counted, and the clock is read once every idleRoll sends.
+	limiting atomic.Bool
+	idleSent atomic.Int64
+
+	mu sync.Mutex
+	// Two marks of idleSent and when they were taken, for the send rate at
+	// the first throttle.
+	mark, prevMark     int64
+	markAt, prevMarkAt time.Time
+
+	epoch uint64    // cuts so far
+	wmax  float64   // the rate the curve grows back to
+	drop  float64   // the share of wmax the last cut took off
+	cutAt time.Time // when it was made
+	next  time.Time // when the next permit is due
+	// The measured send rate, once limiting: permits counted in
+	// intervals of measureInterval, smoothed as the AWS limiter smooths
+	// its own.
+	interval time.Time
+	sent     float64
+	measured float64
+	// Outcomes (answered, throttled) in the current and the previous
+	// interval, for the share the server admits.
+	outcomes [2]struct{ answered, throttled float64 }
+}
+
+const (
+	// idleRoll is how many sends an idle limiter counts between two
+	// readings of the clock.
+	idleRoll        = 64
+	measureInterval = 500 * time.Millisecond
+	measureSmooth   = 0.8
+	// minMeasure is the shortest span a send rate is measured over, so
+	// that the first few sends do not read as a huge rate.
+	minMeasure = 100 * time.Millisecond
+	// minOutcomes is how many answers the admitted share needs.
+	minOutcomes = 10
+	// overloadKeep is the share of the admitted rate kept after a throttle
+	// when the server turns away most attempts.
+	overloadKeep = 0.9
+	// recoveryRate is the rate whose curve takes Recovery to grow back;
+	// the time scales with the cube root of the rate, as CUBIC's does.
+	recoveryRate = 10.0
+)
+
+func (l *RateLimiter) beta() float64 {
+	if l.Beta <= 0 || l.Beta >= 1 {
+		return DefaultLimiterBeta
+	}
+	return l.Beta
+}
+
+func (l *RateLimiter) recovery() time.Duration {
+	if l.Recovery <= 0 {
+		return DefaultLimiterRecovery
+	}
+	return l.Recovery
+}
+
+func (l *RateLimiter) minRate() float64 {
+	if l.MinRate <= 0 {
+		return DefaultLimiterMinRate
+	}
+	return l.MinRate
+}
+
+// Rate reports the permits per second the limiter allows now, or 0 while it
+// is not limiting (before its first throttle).
+func (l *RateLimiter) Rate() float64 {
+	if !l.limiting.Load() {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rateAt(time.Now())
+}
+
+// rateAt is the allowed rate at now: the cubic curve through Beta*wmax at
+// the cut and wmax after Recovery, capped at twice the measured rate and
+// floored at MinRate. Must hold mu.
+func (l *RateLimiter) rateAt(now time.Time) float64 {
+	k := l.recovery().Seconds() * math.Cbrt(l.wmax/recoveryRate)
+	x := (now.Sub(l.cutAt).Seconds() - k) / k
+	r := l.wmax * (1 + l.drop*x*x*x)
+	if l.measured > 0 {
+		r = min(r, 2*l.measured)
+	}
+	return max(r, l.minRate())
+}
+
+// countIdle counts a send of an idle limiter, at now if known; every
+// idleRoll sends it marks the count and the time.
+func (l *RateLimiter) countIdle(now time.Time) {
+	if n := l.idleSent.Add(1); n%idleRoll == 1 {
+		if now.IsZero() {
+			now = time.Now()
+		}
+		l.mu.Lock()
+		l.prevMark, l.prevMarkAt = l.mark, l.markAt
+		l.mark, l.markAt = n-1, now
+		l.mu.Unlock()
+	}
+}
+
+// count records a permit given at now for the measured send rate, once
+// limiting. Must hold mu.
+func (l *RateLimiter) count(now time.Time) {
+	if span := now.Sub(l.interval); span >= measureInterval {
+		rate := l.sent / span.Seconds()
+		l.measured = measureSmooth*rate + (1-measureSmooth)*l.measured
+		l.interval, l.sent = now, 0
+		l.outcomes[1], l.outcomes[0] = l.outcomes[0], l.outcomes[1]
+		l.outcomes[0].answered, l.outcomes[0].throttled = 0, 0
+	}
+	l.sent++
+}
+
+// startLimiting ends the idle state at the first throttle: the send rate
+// is measured since the older of the two marks (what was sent since then
+// was admitted: nothing was throttled before). Must hold mu.
+func (l *RateLimiter) startLimiting(now time.Time) {
+	from, at := l.prevMark, l.prevMarkAt
+	if at.IsZero() {
+		from, at = l.mark, l.markAt
+	}
+	sent := float64(l.idleSent.Load() - from)
+	l.measured = sent / max(now.Sub(at), minMeasure).Seconds()
+	l.interval, l.sent = now, 0
+	l.outcomes[0].answered = sent
+	l.limiting.Store(true)
+}
+
+// admitted is the share of the attempts answered in the last one or two
+// intervals that were not throttled; 1 when there were too few to tell.
+// Must hold mu.
+func (l *RateLimiter) admitted() float64 {
+	n := l.outcomes[0].answered + l.outcomes[1].answered
+	if n < minOutcomes {
+		return 1
+	}
+	return 1 - (l.outcomes[0].throttled+l.outcomes[1].throttled)/n
+}
+
+// reserve takes the permit of an attempt to be sent no earlier than
+// earliest, and reports when to send it and the epoch it belongs to. It
+// takes nothing and reports false when that would be at or after deadline
+// (if not zero) or more than MaxWait after now.
+func (l *RateLimiter) reserve(now, earliest, deadline time.Time) (at time.Time, epoch uint64, ok bool) {
+	if !l.limiting.Load() {
+		l.countIdle(now)
+		return earliest, 0, true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at = later(l.next, earliest)
+	if !deadline.IsZero() && !at.Before(deadline) || l.MaxWait > 0 && at.Sub(now) > l.MaxWait {
+		return time.Time{}, 0, false
+	}
+	l.next = at.Add(time.Duration(float64(time.Second) / l.rateAt(at)))
+	l.count(now)
+	return at, l.epoch, true
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// current reports whether a permit of epoch was given at the current rate:
+// no cut has been made since.
+func (l *RateLimiter) current(epoch uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return epoch == l.epoch
+}
+
+// limitingNow reports whether the limiter is limiting: then hedges, which
+// are load a throttled client can do without, are not sent.
+func (l *RateLimiter) limitingNow() bool { return l.limiting.Load() }
+
+// answered records the outcome of an attempt sent under a permit of epoch.
+// A throttle cuts the rate, once per epoch: to Beta times the rate it came
+// at when most attempts get through (the rate went just past what the
+// server allows, and the curve probes back to it), or, when the server
+// turns away more than 1-Beta of them, to 0.9 times the rate it admitted,
+// which then becomes the rate to grow back to.
+func (l *RateLimiter) answered(epoch uint64, throttled bool) {
+	if !throttled && !l.limiting.Load() {
+		return // an idle limiter needs only its sends
+	}
+	l.answeredAt(epoch, throttled, time.Now())
+}
+
+func (l *RateLimiter) answeredAt(epoch uint64, throttled bool, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.limiting.Load() {
+		if !throttled {
+			return
+		}
+		l.startLimiting(now)
+	}
+	l.outcomes[0].answered++
+	if !throttled {
+		return
+	}
+	l.outcomes[0].throttled++
+	if epoch != l.epoch {
+		return // sent at a rate already cut since
+	}
+	w := l.measured
+	if l.epoch > 0 {
+		w = min(w, l.rateAt(now))
+	}
+	l.drop = 1 - l.beta()
+	if a := l.admitted(); a < l.beta() {
+		w *= a
+		l.drop = 1 - overloadKeep
+	}
+	l.wmax = max(w, l.minRate())
+	l.cutAt = now
+	l.epoch++
+	// The next permit is one interval of the new rate away; attempts
+	// already waiting take new permits (see await).
+	l.next = now.Add(time.Duration(float64(time.Second) / l.rateAt(now)))
+}
+
+// await takes a permit for an attempt to be sent now and waits for it, until
+// it holds a permit of the current rate (a cut during the wait voids the
+// permit taken before it). It returns the permit's epoch and how long it
+// waited, or ErrRateLimited or the context's error when no permit can be
+// had.
+func (l *RateLimiter) await(ctx context.Context) (uint64, time.Duration, error) {
+	if !l.limiting.Load() {
+		l.countIdle(time.Time{})
+		return 0, 0, nil
+	}
+	var waited time.Duration
+	deadline, _ := ctx.Deadline()
+	for {
+		now := time.Now()
+		at, epoch, ok := l.reserve(now, now, deadline)
+		if !ok {
+			return 0, waited, ErrRateLimited
+		}
+		d := at.Sub(now)
+		if d <= 0 {
+			return epoch, waited, nil // current: it was given under the lock
+		}
+		if err := sleep(ctx, d); err != nil {
+			return 0, waited, err
+		}
+		waited += time.Since(now)
+		if l.current(epoch) {
+			return epoch, waited, nil
+		}
+	}
+}
+
+// rate is Rate for a Limiter that may be nil.
+func (l *RateLimiter) rate() float64 {
+	if l == nil {
+		return 0
+	}
+	return l.Rate()
+}
+
+// permit is a RoundTrip's hold on the send permit of its next attempt.
+type permit struct {
+	at     time.Time // when a planned permit is due; zero when none is
+	epoch  uint64
+	waited time.Duration // the attempt's wait for it, beyond its backoff
+}
+
+// plan takes the permit of a retry that backoff would send after delay,
+// and returns the wait until it may be sent (delay, or longer when the
+// permit comes later) and Retry, or StopRateLimited when the permit would
+// come at or after the deadline (or beyond MaxWait).
+func (p *permit) plan(ctx context.Context, l *RateLimiter, delay time.Duration) (time.Duration, Decision) {
+	now := time.Now()
+	deadline, _ := ctx.Deadline()
+	at, epoch, ok := l.reserve(now, now.Add(delay), deadline)
+	if !ok {
+		return delay, StopRateLimited
+	}
+	*p = permit{at: at, epoch: epoch, waited: at.Sub(now.Add(delay))}
+	return at.Sub(now), Retry
+}
+
+// await makes sure the attempt about to be sent holds a permit of the
+// current rate: the planned one, if no cut was made since, or a new one,
+// waited for.
+func (p *permit) await(ctx context.Context, l *RateLimiter) error {
+	planned := !p.at.IsZero()
+	p.at = time.Time{}
+	if planned && l.current(p.epoch) {
+		return nil
+	}
+	if !planned {
+		p.waited = 0
+	}
+	epoch, waited, err := l.await(ctx)
+	p.epoch, p.waited = epoch, p.waited+waited
+	return err
+}
