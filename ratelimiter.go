@@ -103,7 +103,8 @@ type RateLimiter struct {
 	mark, prevMark     int64
 	markAt, prevMarkAt time.Time
 
-	epoch uint64    // cuts so far
+	epoch   uint64 // cuts so far
+	refused int64  // permits refused
 	wmax  float64   // the rate the curve grows back to
 	drop  float64   // the share of wmax the last cut took off
 	cutAt time.Time // when it was made
@@ -168,6 +169,27 @@ func (l *RateLimiter) Rate() float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.rateAt(time.Now())
+}
+
+// RateLimiterStats is a RateLimiter's state, for metrics.
+type RateLimiterStats struct {
+	// Rate is the permits per second allowed now; 0 while not limiting.
+	Rate float64
+	// Cuts counts the cuts of the rate so far.
+	Cuts uint64
+	// Refused counts the attempts that got no permit before their
+	// deadline (or within MaxWait) and were not made.
+	Refused int64
+}
+
+// Stats reports the limiter's state.
+func (l *RateLimiter) Stats() RateLimiterStats {
+	if !l.limiting.Load() {
+		return RateLimiterStats{}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return RateLimiterStats{Rate: l.rateAt(time.Now()), Cuts: l.epoch, Refused: l.refused}
 }
 
 // rateAt is the allowed rate at now: the cubic curve through Beta*wmax at
@@ -249,6 +271,7 @@ func (l *RateLimiter) reserve(now, earliest, deadline time.Time) (at time.Time, 
 	defer l.mu.Unlock()
 	at = later(l.next, earliest)
 	if !deadline.IsZero() && !at.Before(deadline) || l.MaxWait > 0 && at.Sub(now) > l.MaxWait {
+		l.refused++
 		return time.Time{}, 0, false
 	}
 	l.next = at.Add(time.Duration(float64(time.Second) / l.rateAt(at)))

@@ -219,8 +219,11 @@ func TestTransportFailsFastWithoutPermit(t *testing.T) {
 		t.Run(method, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				base, _ := throttledOnce(0)
-				tr := &Transport{Base: base, Limiter: &RateLimiter{}, Policy: Policy{MaxAttempts: 1}}
+				var logs bytes.Buffer
+				lim := &RateLimiter{}
+				tr := &Transport{Base: base, Limiter: lim, Policy: Policy{MaxAttempts: 1}, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 				roundTrip(t, tr, newReq(t, "GET", ""))
+				logs.Reset()
 				// The next permit is 1/7 s away; the deadline is closer.
 				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 				defer cancel()
@@ -244,6 +247,13 @@ func TestTransportFailsFastWithoutPermit(t *testing.T) {
 					t.Errorf("request body closed %d times; want 1", body.closes)
 				}
 				rht.AssertAttempts(t, base, 1)
+				if st := lim.Stats(); st.Cuts != 1 || st.Refused != 1 || !near(st.Rate, 7) {
+					t.Errorf("got stats %+v; want 1 cut, 1 refused, rate 7", st)
+				}
+				if got := logs.String(); !strings.Contains(got, `level=WARN msg="retryhttp: no send permit" method=`+method) ||
+					!strings.Contains(got, "attempt=1 rate_limit=7") {
+					t.Errorf("got log %q; want one warning for the attempt not made", got)
+				}
 			})
 		})
 	}

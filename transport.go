@@ -227,7 +227,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				closeBody(out.Body)
 				budget.Refund(unpaid, false)
 				unpaid = 0
-				return nil, t.stopBeforeAttempt(ctx, report, n-1, maxAttempts, perr, err, cancel, &returned)
+				return nil, t.stopBeforeAttempt(ctx, req, report, n-1, maxAttempts, perr, err, cancel, &returned)
 			}
 		}
 		permitWait := permit.waited
@@ -338,7 +338,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if next != out {
 				closeBody(next.Body)
 			}
-			return nil, t.stopBeforeAttempt(ctx, report, n, maxAttempts, werr, err, cancel, &returned)
+			return nil, t.stopBeforeAttempt(ctx, req, report, n, maxAttempts, werr, err, cancel, &returned)
 		}
 		report.waited(delay)
 		prevDelay = delay
@@ -349,13 +349,18 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // stopBeforeAttempt ends a RoundTrip whose next attempt will not be made:
 // its context ended during a wait, or its RateLimiter has no permit for it
 // (why). lastErr is the last attempt's error, if there was one.
-func (t *Transport) stopBeforeAttempt(ctx context.Context, report *Report, attempts, maxAttempts int, why, lastErr error,
+func (t *Transport) stopBeforeAttempt(ctx context.Context, req *http.Request, report *Report, attempts, maxAttempts int, why, lastErr error,
 	cancel context.CancelFunc, returned *bool,
 ) error {
 	decision := StopCanceled
 	if errors.Is(why, ErrRateLimited) {
 		decision = StopRateLimited
 		markLayer(ctx, decision, maxAttempts)
+		if t.Logger != nil && t.Logger.Enabled(ctx, slog.LevelWarn) {
+			// No attempt was made, so no hook ran: one line says why.
+			t.Logger.LogAttrs(ctx, slog.LevelWarn, "retryhttp: no send permit", slog.String("method", method(req)),
+				slog.String("url", redactURL(req.URL)), slog.Int("attempt", attempts+1), slog.Float64("rate_limit", t.Limiter.rate()))
+		}
 	}
 	if cancel != nil {
 		cancel()

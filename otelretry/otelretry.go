@@ -22,6 +22,10 @@
 //     exhausted, deadline too close, ...).
 //   - budget.tokens (observable gauge): the tokens in each instrumented
 //     Transport's budget.
+//   - ratelimit.rate (observable gauge, permits per second), ratelimit.cuts
+//     and ratelimit.refused (observable counters): the state of each
+//     instrumented Transport's Limiter, if it has one; ratelimit.wait
+//     (histogram, seconds): every wait for a send permit.
 //
 // Methods are recorded as sent; URLs, headers and bodies never.
 package otelretry
@@ -50,16 +54,22 @@ type Metrics struct {
 	tokens   metric.Int64ObservableGauge
 	fallback metric.Int64ObservableGauge
 	hedges   metric.Int64Counter
+	rate     metric.Float64ObservableGauge
+	cuts     metric.Int64ObservableCounter
+	refused  metric.Int64ObservableCounter
+	permit   metric.Float64Histogram
 	meter    metric.Meter
 
-	mu      sync.Mutex
-	budgets map[retryhttp.RetryBudget]attribute.Set
-	reg     metric.Registration
+	mu       sync.Mutex
+	budgets  map[retryhttp.RetryBudget]attribute.Set
+	limiters map[*retryhttp.RateLimiter]attribute.Set
+	reg      metric.Registration
 }
 
 // New creates the instruments on a meter from mp.
 func New(mp metric.MeterProvider) (*Metrics, error) {
-	m := &Metrics{meter: mp.Meter(ScopeName), budgets: map[retryhttp.RetryBudget]attribute.Set{}}
+	m := &Metrics{meter: mp.Meter(ScopeName), budgets: map[retryhttp.RetryBudget]attribute.Set{},
+		limiters: map[*retryhttp.RateLimiter]attribute.Set{}}
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
 	var err error
@@ -82,10 +92,22 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 		metric.WithDescription("1 while a shared budget (redisbudget) pays from its local fallback because its store cannot be reached, else 0"),
 		metric.WithUnit("1"))
 	add(err)
+	m.rate, err = m.meter.Float64ObservableGauge("retryhttp.ratelimit.rate",
+		metric.WithDescription("Send permits per second the Transport's RateLimiter allows; 0 while it is not limiting"), metric.WithUnit("{permit}/s"))
+	add(err)
+	m.cuts, err = m.meter.Int64ObservableCounter("retryhttp.ratelimit.cuts",
+		metric.WithDescription("Cuts of the send rate after throttling responses"), metric.WithUnit("{cut}"))
+	add(err)
+	m.refused, err = m.meter.Int64ObservableCounter("retryhttp.ratelimit.refused",
+		metric.WithDescription("Attempts not made because no send permit could come before their deadline"), metric.WithUnit("{attempt}"))
+	add(err)
+	m.permit, err = m.meter.Float64Histogram("retryhttp.ratelimit.wait", metric.WithDescription("Waits for send permits"), metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(0, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	m.reg, err = m.meter.RegisterCallback(m.observe, m.tokens, m.fallback)
+	m.reg, err = m.meter.RegisterCallback(m.observe, m.tokens, m.fallback, m.rate, m.cuts, m.refused)
 	if err != nil {
 		return nil, err
 	}
@@ -105,16 +127,25 @@ func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
 		}
 		o.ObserveInt64(m.fallback, down, metric.WithAttributeSet(attrs))
 	}
+	for l, attrs := range m.limiters {
+		st := l.Stats()
+		o.ObserveFloat64(m.rate, st.Rate, metric.WithAttributeSet(attrs))
+		o.ObserveInt64(m.cuts, int64(st.Cuts), metric.WithAttributeSet(attrs))
+		o.ObserveInt64(m.refused, st.Refused, metric.WithAttributeSet(attrs))
+	}
 	return nil
 }
 
 // Instrument makes t report to m: its OnAttempt records every attempt (and
-// then calls the hook t had, if any), and its budget is observed by the
-// budget.tokens gauge under the given attributes (a "client" name, say).
-// Call it before t's first use.
+// then calls the hook t had, if any), and its budget and its Limiter, if it
+// has one, are observed by the budget.* and ratelimit.* instruments under
+// the given attributes (a "client" name, say). Call it before t's first use.
 func (m *Metrics) Instrument(t *retryhttp.Transport, attrs ...attribute.KeyValue) {
 	m.mu.Lock()
 	m.budgets[t.BudgetInUse()] = attribute.NewSet(attrs...)
+	if t.Limiter != nil {
+		m.limiters[t.Limiter] = attribute.NewSet(attrs...)
+	}
 	m.mu.Unlock()
 	t.OnAttempt = m.Hook(t.OnAttempt)
 }
@@ -154,6 +185,9 @@ func (m *Metrics) Record(a retryhttp.Attempt) {
 	}
 	if a.HedgesRefused > 0 {
 		m.hedges.Add(ctx, int64(a.HedgesRefused), metric.WithAttributes(methodAttr, attribute.String("retryhttp.hedge", "refused")))
+	}
+	if a.PermitWait > 0 {
+		m.permit.Record(ctx, a.PermitWait.Seconds(), metric.WithAttributes(methodAttr))
 	}
 	switch a.Decision {
 	case retryhttp.Retry:

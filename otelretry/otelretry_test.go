@@ -2,10 +2,12 @@ package otelretry
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"os"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -125,6 +127,54 @@ func TestMetrics(t *testing.T) {
 	})
 }
 
+func TestRateLimitMetrics(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reader := sdkmetric.NewManualReader()
+		m, err := New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		// A 429 cuts the rate to 7/s; the next request waits 1/7 s for its
+		// permit; the one after it, with a 100 ms deadline, gets none.
+		lim := &retryhttp.RateLimiter{}
+		tr := &retryhttp.Transport{Base: rht.NewTransport(rht.Status(429), rht.Status(200).Times(2)), Limiter: lim,
+			Policy: retryhttp.Policy{MaxAttempts: 1}}
+		m.Instrument(tr, attribute.String("client", "orders"))
+		for i, timeout := range []time.Duration{0, 0, 100 * time.Millisecond} {
+			ctx := context.Background()
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			req, _ := http.NewRequestWithContext(ctx, "GET", "http://orders.test/", nil)
+			resp, err := tr.RoundTrip(req)
+			if i < 2 && err != nil || i == 2 && !errors.Is(err, retryhttp.ErrRateLimited) {
+				t.Fatalf("request %d: got %v", i+1, err)
+			}
+			if resp != nil {
+				resp.Body.Close()
+			}
+		}
+		got := collect(t, reader)
+		rate := got["retryhttp.ratelimit.rate"].Data.(metricdata.Gauge[float64]).DataPoints
+		want := lim.Stats().Rate
+		if len(rate) != 1 || rate[0].Value != want || want < 7 || want > 7.2 {
+			t.Errorf("ratelimit.rate: got %+v; want one point of %v (7/s, grown for 1/7 s)", rate, want)
+		}
+		for name, want := range map[string]int64{"retryhttp.ratelimit.cuts": 1, "retryhttp.ratelimit.refused": 1} {
+			if v := sum(t, got[name]); v != want {
+				t.Errorf("%s: got %d; want %d", name, v, want)
+			}
+		}
+		hist := got["retryhttp.ratelimit.wait"].Data.(metricdata.Histogram[float64]).DataPoints
+		if len(hist) != 1 || hist[0].Count != 1 || hist[0].Sum != (time.Second/7).Seconds() {
+			t.Errorf("ratelimit.wait: got %+v; want one wait of 1/7 s", hist)
+		}
+	})
+}
+
 // TestGuideNames checks docs/guide-metrics.md against what the module
 // emits: every instrument in its table with exactly the attribute keys the
 // table lists, and the values its alert matches.
@@ -161,12 +211,25 @@ func TestGuideNames(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
+		// A throttled Transport with a Limiter: a 429, then a request that
+		// waits for its permit, so that the ratelimit instruments are too.
+		limited := &retryhttp.Transport{Base: rht.NewTransport(rht.Status(429), rht.Status(200)),
+			Limiter: &retryhttp.RateLimiter{}, Policy: retryhttp.Policy{MaxAttempts: 1}}
+		m.Instrument(limited, attribute.String("client", "orders"))
+		for range 2 {
+			req, _ := http.NewRequest("GET", "http://orders.test/", nil)
+			resp, err := limited.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		}
 		got := collect(t, reader)
 
 		row := regexp.MustCompile("(?m)^\\| `(retryhttp\\.[a-z_.]+)` \\| [^|]+ \\| ([^|]+) \\|")
 		rows := row.FindAllSubmatch(guide, -1)
-		if len(rows) != 8 {
-			t.Fatalf("got %d instrument rows in the guide; want 8", len(rows))
+		if len(rows) != 12 {
+			t.Fatalf("got %d instrument rows in the guide; want 12", len(rows))
 		}
 		for _, r := range rows {
 			name := string(r[1])
@@ -175,7 +238,7 @@ func TestGuideNames(t *testing.T) {
 			for _, w := range want {
 				wantKeys = append(wantKeys, w[1])
 			}
-			if name == "retryhttp.budget.tokens" || name == "retryhttp.budget.fallback" {
+			if strings.HasPrefix(name, "retryhttp.budget.") || name != "retryhttp.ratelimit.wait" && strings.HasPrefix(name, "retryhttp.ratelimit.") {
 				wantKeys = []string{"client"} // the attributes given to Instrument
 			}
 			md, ok := got[name]
