@@ -1,6 +1,8 @@
 package retryhttp_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -211,4 +213,43 @@ func ExampleHandler() {
 	resp.Body.Close()
 	fmt.Println(resp.StatusCode, resp.Header.Get(retryhttp.ExhaustedHeader), "after", bottomCalls.Load(), "attempts at the bottom")
 	// Output: 503 downstream after 3 attempts at the bottom
+}
+
+// A RateLimiter slows a client that is being throttled: after a 429, every
+// attempt waits for a send permit, and a request whose permit cannot come
+// before its deadline fails at once instead of adding to the 429s.
+func ExampleRateLimiter() {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/busy" {
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	}))
+	defer srv.Close()
+	lim := &retryhttp.RateLimiter{} // share it between the Transports that call this server
+	client := &http.Client{Transport: &retryhttp.Transport{Limiter: lim, Policy: retryhttp.Policy{MaxAttempts: 1}}}
+
+	start := time.Now()
+	resp, _ := client.Get(srv.URL + "/busy")
+	resp.Body.Close()
+	fmt.Printf("%d; limiting at %.0f requests/s\n", resp.StatusCode, lim.Rate())
+
+	// One send so far: measured over at least 100 ms, 10/s, cut to 7/s.
+	// The next permit is 1/7 s after the 429: a 20 ms deadline is too close.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
+	_, err := client.Do(req)
+	fmt.Println(errors.Is(err, retryhttp.ErrRateLimited))
+
+	resp, err = client.Get(srv.URL) // no deadline: waits for the permit
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	resp.Body.Close()
+	fmt.Println(resp.StatusCode, time.Since(start) >= time.Second/7)
+	// Output:
+	// 429; limiting at 7 requests/s
+	// true
+	// 200 true
 }

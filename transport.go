@@ -16,7 +16,8 @@
 // above do not multiply them; the Budget may be any RetryBudget (a
 // RatioBudget, or one a fleet shares, as the redisbudget module's);
 // Policy.HedgeDelay sends a second copy of a slow request, paid from the
-// same budget. WithReport gives a per-request view of what happened.
+// same budget; a RateLimiter slows every attempt of a client that is being
+// throttled. WithReport gives a per-request view of what happened.
 //
 // The reasoning behind each rule, with its sources, is in docs/design.md.
 package retryhttp

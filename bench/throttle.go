@@ -34,6 +34,9 @@ type ThrottleConfig struct {
 	Timeout   time.Duration
 	// Seed seeds the clients' request times (Poisson arrivals).
 	Seed uint64
+	// Recovery is the retryhttp limiter's RateLimiter.Recovery; zero
+	// means its default.
+	Recovery time.Duration
 }
 
 // DefaultThrottleConfig is the workload of docs/throttling.md: 20 clients
@@ -75,26 +78,21 @@ type ThrottleSecond struct {
 // throttleImpl makes one client's RoundTripper over base.
 type throttleImpl struct {
 	name string
-	new  func(base http.RoundTripper) http.RoundTripper
+	new  func(base http.RoundTripper, cfg ThrottleConfig) http.RoundTripper
 }
 
-// ThrottleImpls are the implementations compared, in the JSON's order.
+// throttleImpls are the implementations compared, in the JSON's order.
 var throttleImpls = []throttleImpl{
-	{"none", func(base http.RoundTripper) http.RoundTripper { return &retryhttp.Transport{Base: base} }},
+	{"none", func(base http.RoundTripper, _ ThrottleConfig) http.RoundTripper { return &retryhttp.Transport{Base: base} }},
 	{"aws-adaptive", newAWSAdaptive},
 	{"failsafe-throttler", newFailsafeThrottler},
-	{"retryhttp", func(base http.RoundTripper) http.RoundTripper {
-		return &retryhttp.Transport{Base: base, Limiter: &retryhttp.RateLimiter{}}
-	}},
+	{"retryhttp", newRetryHTTPLimited},
 }
 
-// ThrottleNames lists the implementations compared.
-func ThrottleNames() []string {
-	names := make([]string, len(throttleImpls))
-	for i, impl := range throttleImpls {
-		names[i] = impl.name
-	}
-	return names
+// newRetryHTTPLimited is this library's Transport with a RateLimiter, the
+// rest at its defaults.
+func newRetryHTTPLimited(base http.RoundTripper, cfg ThrottleConfig) http.RoundTripper {
+	return &retryhttp.Transport{Base: base, Limiter: &retryhttp.RateLimiter{Recovery: cfg.Recovery}}
 }
 
 // binWidth is the resolution of the server's counts.
@@ -164,6 +162,20 @@ func (t handlerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return rec.Result(), nil
 }
 
+// ThrottleRecoverySweep runs this library's limiter alone, in memory, once
+// for each Recovery given.
+func ThrottleRecoverySweep(cfg ThrottleConfig, recoveries []time.Duration) []ThrottleRun {
+	var runs []ThrottleRun
+	for _, r := range recoveries {
+		cfg.Recovery = r
+		srv := newCapacityServer(cfg, time.Now())
+		run := runThrottle(cfg, throttleImpl{"retryhttp", newRetryHTTPLimited}, srv, handlerTransport{srv}, "http://capacity.test/")
+		run.Name = "retryhttp, Recovery " + r.String()
+		runs = append(runs, run)
+	}
+	return runs
+}
+
 // ThrottleInMemory runs every implementation against a server called in
 // memory (see handlerTransport), one after another, on the clock it is
 // given: in a synctest bubble, 60 s of fake time take seconds.
@@ -206,7 +218,7 @@ func runThrottle(cfg ThrottleConfig, impl throttleImpl, srv *capacityServer, bas
 	var wg sync.WaitGroup
 	start := srv.start
 	for c := range cfg.Clients {
-		rt := impl.new(base)
+		rt := impl.new(base, cfg)
 		rnd := rand.New(rand.NewPCG(cfg.Seed, uint64(c)))
 		wg.Go(func() {
 			var reqs sync.WaitGroup
@@ -354,7 +366,7 @@ type awsAdaptive struct {
 	head    chan struct{} // held by the waiter that asks for a token
 }
 
-func newAWSAdaptive(base http.RoundTripper) http.RoundTripper {
+func newAWSAdaptive(base http.RoundTripper, _ ThrottleConfig) http.RoundTripper {
 	return &awsAdaptive{base: base, head: make(chan struct{}, 1),
 		retryer: retry.NewAdaptiveMode(func(o *retry.AdaptiveModeOptions) { o.FailOnNoAttemptTokens = true })}
 }
@@ -435,7 +447,7 @@ func (t *awsAdaptive) RoundTrip(req *http.Request) (*http.Response, error) {
 // inside failsafehttp's retry policy with a backoff like this library's
 // after a throttle (1 s doubling, full jitter, capped at 20 s); a request
 // the throttler rejects is not retried.
-func newFailsafeThrottler(base http.RoundTripper) http.RoundTripper {
+func newFailsafeThrottler(base http.RoundTripper, _ ThrottleConfig) http.RoundTripper {
 	throttler := adaptivethrottler.NewBuilder[*http.Response]().
 		HandleIf(func(resp *http.Response, err error) bool {
 			return err == nil && resp.StatusCode == http.StatusTooManyRequests

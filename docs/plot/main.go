@@ -1,16 +1,20 @@
 // Command plot draws the herd model's arrivals per second, one PNG per
-// schedule, and the layered chains with and without retryhttp.Handler, into
-// docs/img. It is a module of its own so that gonum/plot stays out of the
-// library's dependencies. From the repository root:
+// schedule, the layered chains with and without retryhttp.Handler, the
+// budgets through an outage and, from a saved run of bench's cmd/throttle,
+// the throttling comparison, into docs/img. It is a module of its own so
+// that gonum/plot stays out of the library's dependencies. From the
+// repository root:
 //
-//	(cd docs/plot && go run . -out ../img)
+//	(cd docs/plot && go run . -out ../img -throttle ../throttling.json)
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"image/color"
 	"log"
+	"os"
 	"path/filepath"
 
 	"github.com/herdproof/retryhttp"
@@ -25,10 +29,96 @@ func main() {
 	out := flag.String("out", "../img", "folder for the PNG files")
 	seed := flag.Uint64("seed", 0, "the seed of the jittered runs")
 	requests := flag.Int("requests", 3000, "requests per flaky layered chain")
+	throttle := flag.String("throttle", "", "the JSON of bench's cmd/throttle to chart (docs/throttling.json); none: no throttling charts")
+	only := flag.String("only", "", "draw only these charts: herd, layers, budget or throttle")
 	flag.Parse()
-	herdCharts(*out, *seed)
-	layerCharts(*out, *requests)
-	budgetChart(*out)
+	draw := func(name string) bool { return *only == "" || *only == name }
+	if draw("herd") {
+		herdCharts(*out, *seed)
+	}
+	if draw("layers") {
+		layerCharts(*out, *requests)
+	}
+	if draw("budget") {
+		budgetChart(*out)
+	}
+	if draw("throttle") && *throttle != "" {
+		throttleCharts(*out, *throttle)
+	}
+}
+
+// throttleResult is what bench's cmd/throttle -json prints.
+type throttleResult struct {
+	Capacity float64 `json:"capacity"`
+	Runs     []struct {
+		Name      string `json:"name"`
+		PerSecond []struct {
+			Attempts  int `json:"attempts"`
+			Throttled int `json:"throttled"`
+		} `json:"per_second"`
+	} `json:"runs"`
+}
+
+// throttleCharts draws docs/throttling.md's charts from a saved run: the
+// attempts each client-side limiter lets reach the server, second by
+// second, beside its capacity; and the 429s received, added up.
+func throttleCharts(out, file string) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		log.Fatal(err)
+	}
+	var res throttleResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		log.Fatal(err)
+	}
+	rate := plot.New()
+	rate.Title.Text = fmt.Sprintf("Attempts reaching a server of capacity %g/s, then %g/s", res.Capacity, res.Capacity/2)
+	rate.X.Label.Text = "time (s)"
+	rate.Y.Label.Text = "attempts per second"
+	total := plot.New()
+	total.Title.Text = "429s received, added up (log scale)"
+	total.X.Label.Text = "time (s)"
+	total.Y.Label.Text = "429s so far"
+	total.Y.Scale = plot.LogScale{}
+	total.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	// Each implementation keeps its color and dashes in both charts.
+	line := func(p *plot.Plot, name string, pts plotter.XYs, i int) {
+		l, err := plotter.NewLine(pts)
+		if err != nil {
+			log.Fatal(err)
+		}
+		l.Color, l.Dashes = plotutil.Color(i), plotutil.Dashes(i)
+		p.Add(l)
+		p.Legend.Add(name, l)
+	}
+	var capacity plotter.XYs
+	for i, r := range res.Runs {
+		var pts, sum plotter.XYs
+		n := 0
+		for i, s := range r.PerSecond {
+			n += s.Throttled
+			sum = append(sum, plotter.XY{X: float64(i + 1), Y: float64(max(n, 1))})
+			pts = append(pts, plotter.XY{X: float64(i + 1), Y: float64(s.Attempts)})
+			if len(capacity) < len(r.PerSecond) {
+				c := res.Capacity
+				if 2*i >= len(r.PerSecond) {
+					c /= 2
+				}
+				capacity = append(capacity, plotter.XY{X: float64(i + 1), Y: c})
+			}
+		}
+		line(total, r.Name, sum, i)
+		if r.Name != "none" { // over 1,000 a second: off the scale
+			line(rate, r.Name, pts, i)
+		}
+	}
+	line(rate, "capacity", capacity, len(res.Runs))
+	rate.Y.Min, rate.Y.Max = 0, 3*res.Capacity
+	rate.Legend.Top = true
+	total.Legend.Top = true
+	total.Legend.Left = true
+	save(rate, filepath.Join(out, "throttle-attempts.png"))
+	save(total, filepath.Join(out, "throttle-429s.png"))
 }
 
 // budgetChart draws docs/budget.md's outage timeline: the retries each

@@ -7,6 +7,7 @@
 //
 //	cd bench && go run ./cmd/throttle          # a table
 //	cd bench && go run ./cmd/throttle -json    # one JSON object
+//	cd bench && go run ./cmd/throttle -in ../docs/throttling.json  # its table
 //
 // The same comparison runs in fake time in bench's TestThrottlingGoals. See
 // docs/throttling.md.
@@ -29,8 +30,23 @@ func main() {
 	flag.Float64Var(&cfg.PerClient, "per-client", cfg.PerClient, "requests per second each client wants")
 	flag.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of the run")
 	flag.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the clients' request times")
+	flag.DurationVar(&cfg.Recovery, "recovery", 0, "the retryhttp limiter's Recovery (0: its default)")
+	in := flag.String("in", "", "print the table of a JSON result saved earlier instead of running")
 	flag.Parse()
 
+	if *in != "" {
+		var saved struct{ Runs []bench.ThrottleRun }
+		b, err := os.ReadFile(*in)
+		if err == nil {
+			err = json.Unmarshal(b, &saved)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Print(bench.ThrottleTable(saved.Runs))
+		return
+	}
 	runs := bench.ThrottleLoopback(cfg)
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
