@@ -103,12 +103,12 @@ type RateLimiter struct {
 	mark, prevMark     int64
 	markAt, prevMarkAt time.Time
 
-	epoch   uint64 // cuts so far
-	refused int64  // permits refused
-	wmax  float64   // the rate the curve grows back to
-	drop  float64   // the share of wmax the last cut took off
-	cutAt time.Time // when it was made
-	next  time.Time // when the next permit is due
+	epoch   uint64    // cuts so far
+	refused int64     // permits refused
+	wmax    float64   // the rate the curve grows back to
+	drop    float64   // the share of wmax the last cut took off
+	cutAt   time.Time // when it was made
+	next    time.Time // when the next permit is due
 	// The measured send rate, once limiting: permits counted in
 	// intervals of measureInterval, smoothed as the AWS limiter smooths
 	// its own.

@@ -83,7 +83,9 @@ type throttleImpl struct {
 
 // throttleImpls are the implementations compared, in the JSON's order.
 var throttleImpls = []throttleImpl{
-	{"none", func(base http.RoundTripper, _ ThrottleConfig) http.RoundTripper { return &retryhttp.Transport{Base: base} }},
+	{"none", func(base http.RoundTripper, _ ThrottleConfig) http.RoundTripper {
+		return &retryhttp.Transport{Base: base}
+	}},
 	{"aws-adaptive", newAWSAdaptive},
 	{"failsafe-throttler", newFailsafeThrottler},
 	{"retryhttp", newRetryHTTPLimited},
