@@ -61,6 +61,9 @@ func TestHandlerSignal(t *testing.T) {
 		{"budget empty", []rht.Step{rht.Status(503)}, func() *Transport { return &Transport{Policy: fast, Budget: NewBudget(0)} }, passStatus, "budget"},
 		{"server delay too long", []rht.Step{rht.RetryAfter(503, "3600")}, func() *Transport { return &Transport{Policy: fast} }, passStatus, "server-delay"},
 		{"downstream said so", []rht.Step{rht.Status(503).WithHeader(ExhaustedHeader, "attempts")}, func() *Transport { return &Transport{Policy: fast} }, passStatus, "downstream"},
+		{"throttled: no send permit before the deadline", []rht.Step{rht.Status(429)}, func() *Transport {
+			return &Transport{Limiter: &RateLimiter{}, Policy: Policy{Rand: lowRand, Timeout: 50 * time.Millisecond}} // the permit: 1/7 s away
+		}, passStatus, "rate-limited"},
 		{"one attempt allowed: nothing retried here", []rht.Step{rht.Status(503)}, func() *Transport { return &Transport{Policy: Policy{MaxAttempts: 1}} }, passStatus, ""},
 		{"calls succeeded, service sheds load itself", []rht.Step{rht.Status(200)}, func() *Transport { return &Transport{Policy: fast} }, always(503), ""},
 		{"retried and recovered, then the service fails", []rht.Step{rht.Status(503), rht.Status(200)}, func() *Transport { return &Transport{Policy: fast} }, always(503), ""},
