@@ -230,3 +230,57 @@ func verifyNoneOnceIdle(t *testing.T, tr *retryhttp.Transport, opts ...goleak.Op
 		}
 	}
 }
+
+// Requests waiting for a RateLimiter's permits: some get one, some fail at
+// once (no permit before their deadline), some are canceled while they
+// wait. None leaves a timer or a goroutine behind.
+func TestNoLeakWithLimiter(t *testing.T) {
+	srv := rht.NewServer(t, rht.Status(429), rht.Status(200).Times(100))
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent()) // the server's own goroutines are not leaks
+	tr := &retryhttp.Transport{Limiter: &retryhttp.RateLimiter{}, Policy: retryhttp.Policy{MaxAttempts: 1}}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	resp, err := get(t, context.Background(), client, srv.URL) // the 429: limiting from now on
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var (
+		wg                      sync.WaitGroup
+		mu                      sync.Mutex
+		sent, limited, canceled int
+	)
+	// The first three take the first permits (1/7 s apart) and are
+	// canceled at 50 ms while they wait; of the others, those whose permit
+	// comes within their 1 s deadline are sent, the rest fail at once.
+	for i := range 30 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if i < 3 {
+			time.AfterFunc(50*time.Millisecond, cancel)
+		}
+		wg.Go(func() {
+			defer cancel()
+			resp, err := get(t, ctx, client, srv.URL)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				resp.Body.Close()
+				sent++
+			case errors.Is(err, retryhttp.ErrRateLimited):
+				limited++
+			case errors.Is(err, context.Canceled):
+				canceled++
+			default:
+				t.Errorf("got %v; want a response, ErrRateLimited or context.Canceled", err)
+			}
+		})
+		if i < 3 {
+			time.Sleep(5 * time.Millisecond) // its permit is taken before the next request's
+		}
+	}
+	wg.Wait()
+	if sent == 0 || limited == 0 || canceled != 3 {
+		t.Errorf("got %d sent, %d rate limited, %d canceled; want some sent, some limited, 3 canceled", sent, limited, canceled)
+	}
+}
