@@ -333,6 +333,37 @@ func TestCutWhileWaiting(t *testing.T) {
 	})
 }
 
+func TestRetryPermitVoidedByACut(t *testing.T) {
+	// A retry waits for its permit (1/7 s after the first 429) when another
+	// request's throttle cuts the rate again at 50 ms: its permit is void,
+	// and the new one (one interval of the new rate after the second cut)
+	// is past its 200 ms deadline. It ends with ErrRateLimited when it
+	// wakes, and its tokens go back.
+	synctest.Test(t, func(t *testing.T) {
+		lim := &RateLimiter{}
+		base := rht.NewTransport(rht.Status(429), rht.Status(200))
+		budget := NewBudget(500)
+		tr := &Transport{Base: base, Limiter: lim, Budget: budget, Policy: Policy{Rand: lowRand, Timeout: 200 * time.Millisecond}}
+		time.AfterFunc(50*time.Millisecond, func() { lim.answered(1, true) })
+		start := time.Now()
+		resp, err := tr.RoundTrip(newReq(t, "GET", ""))
+		var re *Error
+		if resp != nil || !errors.As(err, &re) || re.Decision != StopRateLimited || re.Attempts != 1 || !errors.Is(err, ErrRateLimited) {
+			t.Fatalf("got (%v, %v); want a rate-limited *Error after 1 attempt", resp, err)
+		}
+		if took := time.Since(start); took != seventh {
+			t.Errorf("returned after %v; want %v, when the voided permit was due", took, seventh)
+		}
+		if got := budget.Available(); got != 500 {
+			t.Errorf("got %d tokens; want 500 (the retry never sent gives its 5 back)", got)
+		}
+		if st := lim.Stats(); st.Cuts != 2 || st.Refused != 1 {
+			t.Errorf("got %+v; want 2 cuts, 1 refused", st)
+		}
+		rht.AssertAttempts(t, base, 1)
+	})
+}
+
 func TestSharedLimiter(t *testing.T) {
 	// Two Transports share a limiter: a throttle seen by one slows the
 	// other.

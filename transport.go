@@ -224,10 +224,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if lim != nil {
 			if perr := permit.await(ctx, lim); perr != nil {
 				// No attempt is made: the body the base would have closed
-				// is closed here, and the retry's tokens go back.
+				// is closed here, and a retry's tokens go back.
 				closeBody(out.Body)
-				budget.Refund(unpaid, false)
-				unpaid = 0
+				if n > 1 {
+					budget.Refund(lastCost, false)
+				}
 				return nil, t.stopBeforeAttempt(ctx, req, report, n-1, maxAttempts, perr, err, cancel, &returned)
 			}
 		}
