@@ -15,25 +15,26 @@ import (
 // aws/retry/adaptive_ratelimit.go; the shape is CUBIC's, RFC 9438): the
 // rate drops to 0.7 of the measured send rate on a throttle and grows back
 // along a cubic curve, and a token bucket hands out permits at that rate.
-// RateLimiter keeps the shape and changes four things that docs/throttling.md
-// measures on the same workload:
+// RateLimiter keeps the shape and changes five things, each measured in
+// docs/throttling.md on the same workload:
 //
 //   - One cut per round: a throttle answering an attempt whose permit was
 //     given before the last cut says nothing new (the cut was already made
 //     for it). The AWS limiter cuts again for every throttle in a burst,
-//     collapsing the rate to a fraction of what the server allows, and then
-//     takes the collapsed rate as the point to grow back to.
-//   - The time to grow back (Recovery) is fixed, not the cube root of the
-//     rate: the AWS curve grows back in about 2 s for a client whose share
-//     is 10 requests per second, so twenty such clients probe past the
+//     collapsing the rate, and then grows back to the collapsed rate.
+//   - When most attempts are turned away, one cut to 0.9 of the rate the
+//     server admitted, which becomes the rate to grow back to, instead of
+//     rounds of 0.7 cuts from a rate the server was refusing.
+//   - A slower recovery: Recovery (12 s) for a rate of 10 per second,
+//     scaled by the cube root of the rate as CUBIC's is; the AWS curve is
+//     back in about 2 s at that rate, so twenty such clients probe past the
 //     server's capacity every few seconds, and each probe costs 429s.
 //   - Permits are spaced evenly with no burst (the AWS bucket holds a
 //     second's worth), and a cut applies at once to attempts already waiting
 //     for a permit: they take a new one at the new rate.
 //   - At the first throttle, the send rate is measured over what has been
-//     sent so far even when that is less than a measuring interval; the AWS
-//     limiter then reads a rate of zero and starts again from its minimum,
-//     0.5 per second.
+//     sent, even less than a measuring interval's worth; the AWS limiter may
+//     then read a rate of zero and start again from its minimum, 0.5/s.
 
 // Defaults of a RateLimiter's zero fields.
 const (
@@ -41,7 +42,7 @@ const (
 	// throttle: CUBIC's and the AWS SDKs' 0.7.
 	DefaultLimiterBeta = 0.7
 	// DefaultLimiterRecovery is how long the rate takes to grow back to
-	// where the last throttle came.
+	// where it was cut from, for a rate of 10 per second.
 	DefaultLimiterRecovery = 12 * time.Second
 	// DefaultLimiterMinRate is the lowest rate, in permits per second: the
 	// AWS SDKs' minimum fill rate.
@@ -61,9 +62,12 @@ var ErrRateLimited = errors.New("retryhttp: no send permit before the deadline")
 //
 // Until its first throttle, a RateLimiter only counts what is sent: it lets
 // everything through. On a throttle the rate drops to Beta times the
-// current send rate; it then grows back along a cubic curve, fast at first,
-// flat when it nears the rate at which the throttle came (after Recovery),
-// and faster again beyond it, probing for more. It never exceeds twice the
+// current send rate (to 0.9 times the rate the server admitted, when it
+// turns away more than 1-Beta of the attempts); it then grows back along a
+// cubic curve, fast at first, flat when it nears the rate it was cut from
+// (after Recovery, for a rate of 10 per second), and faster again beyond
+// it, probing for more. A throttle answering a permit given before the last
+// cut cuts nothing more. It never exceeds twice the
 // measured send rate, so that a quiet client does not build up a rate it
 // could not have tested. A request whose permit would come after its
 // deadline fails at once with ErrRateLimited rather than waiting for
@@ -81,7 +85,10 @@ type RateLimiter struct {
 	// and 1. Zero means DefaultLimiterBeta.
 	Beta float64
 	// Recovery is how long after a throttle the rate is back at the rate
-	// it was cut from. Zero means DefaultLimiterRecovery.
+	// it was cut from, when that rate was 10 permits per second; for a
+	// rate r it is Recovery times the cube root of r/10. A longer Recovery
+	// means fewer 429s and slower probing for capacity (docs/throttling.md
+	// measures both). Zero means DefaultLimiterRecovery.
 	Recovery time.Duration
 	// MinRate is the lowest rate, in permits per second. Zero means
 	// DefaultLimiterMinRate.
