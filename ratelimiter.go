@@ -265,25 +265,31 @@ func (l *RateLimiter) admitted() float64 {
 	return 1 - (l.outcomes[0].throttled+l.outcomes[1].throttled)/n
 }
 
-// reserve takes the permit of an attempt to be sent no earlier than
-// earliest, and reports when to send it and the epoch it belongs to. It
-// takes nothing and reports false when that would be at or after deadline
-// (if not zero) or more than MaxWait after now.
-func (l *RateLimiter) reserve(now, earliest, deadline time.Time) (at time.Time, epoch uint64, ok bool) {
+// reserve takes the permit of an attempt due now, and reports when to send
+// it and the epoch it belongs to. It takes nothing and reports false when
+// that would be at or after deadline (if not zero) or more than MaxWait
+// after now.
+func (l *RateLimiter) reserve(now, deadline time.Time) (at time.Time, epoch uint64, ok bool) {
 	if !l.limiting.Load() {
 		l.countIdle(now)
-		return earliest, 0, true
+		return now, 0, true
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	at = later(l.next, earliest)
-	if !deadline.IsZero() && !at.Before(deadline) || l.MaxWait > 0 && at.Sub(now) > l.MaxWait {
+	at = later(l.next, now)
+	if !l.permitted(at, now, deadline) {
 		l.refused++
 		return time.Time{}, 0, false
 	}
 	l.next = at.Add(time.Duration(float64(time.Second) / l.rateAt(at)))
 	l.count(now)
 	return at, l.epoch, true
+}
+
+// permitted reports whether a permit at at, for an attempt due at due, comes
+// before deadline (if not zero) and within MaxWait.
+func (l *RateLimiter) permitted(at, due, deadline time.Time) bool {
+	return (deadline.IsZero() || at.Before(deadline)) && (l.MaxWait <= 0 || at.Sub(due) <= l.MaxWait)
 }
 
 func later(a, b time.Time) time.Time {
@@ -366,7 +372,7 @@ func (l *RateLimiter) await(ctx context.Context) (uint64, time.Duration, error) 
 	deadline, _ := ctx.Deadline()
 	for {
 		now := time.Now()
-		at, epoch, ok := l.reserve(now, now, deadline)
+		at, epoch, ok := l.reserve(now, deadline)
 		if !ok {
 			return 0, waited, ErrRateLimited
 		}
@@ -392,41 +398,22 @@ func (l *RateLimiter) rate() float64 {
 	return l.Rate()
 }
 
-// permit is a RoundTrip's hold on the send permit of its next attempt.
-type permit struct {
-	at     time.Time // when a planned permit is due; zero when none is
-	epoch  uint64
-	waited time.Duration // the attempt's wait for it, beyond its backoff
-}
-
-// plan takes the permit of a retry that backoff would send after delay,
-// and returns the wait until it may be sent (delay, or longer when the
-// permit comes later) and Retry, or StopRateLimited when the permit would
-// come at or after the deadline (or beyond MaxWait).
-func (p *permit) plan(ctx context.Context, l *RateLimiter, delay time.Duration) (time.Duration, Decision) {
-	now := time.Now()
+// admits reports whether a retry that backoff would send after delay can
+// get a permit before the request's deadline (and within MaxWait): if not,
+// it is not made, and the response that called for it is returned. It takes
+// nothing: the retry takes its permit when it is due (await), so that a
+// retry planned far ahead holds no slot that other attempts could use.
+func (l *RateLimiter) admits(ctx context.Context, delay time.Duration) bool {
+	if !l.limiting.Load() {
+		return true
+	}
 	deadline, _ := ctx.Deadline()
-	at, epoch, ok := l.reserve(now, now.Add(delay), deadline)
-	if !ok {
-		return delay, StopRateLimited
+	due := time.Now().Add(delay)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.permitted(later(l.next, due), due, deadline) {
+		l.refused++
+		return false
 	}
-	*p = permit{at: at, epoch: epoch, waited: at.Sub(now.Add(delay))}
-	return at.Sub(now), Retry
-}
-
-// await makes sure the attempt about to be sent holds a permit of the
-// current rate: the planned one, if no cut was made since, or a new one,
-// waited for.
-func (p *permit) await(ctx context.Context, l *RateLimiter) error {
-	planned := !p.at.IsZero()
-	p.at = time.Time{}
-	if planned && l.current(p.epoch) {
-		return nil
-	}
-	if !planned {
-		p.waited = 0
-	}
-	epoch, waited, err := l.await(ctx)
-	p.epoch, p.waited = epoch, p.waited+waited
-	return err
+	return true
 }

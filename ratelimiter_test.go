@@ -30,7 +30,7 @@ func sendSteadily(t *testing.T, l *RateLimiter, start time.Time, n int, gap time
 	t.Helper()
 	now := start
 	for range n {
-		at, epoch, ok := l.reserve(now, now, time.Time{})
+		at, epoch, ok := l.reserve(now, time.Time{})
 		if !ok || !at.Equal(now) {
 			t.Fatalf("permit at %v: got (%v, %v); want one at once", now.Sub(t0), at.Sub(t0), ok)
 		}
@@ -100,7 +100,7 @@ func TestRateLimiterOverload(t *testing.T) {
 	// what it admitted, and that becomes the rate to grow back to.
 	l := &RateLimiter{}
 	now := sendSteadily(t, l, t0, 10, 10*time.Millisecond) // 10 in 100 ms: 100/s
-	_, e0, _ := l.reserve(now, now, time.Time{})
+	_, e0, _ := l.reserve(now, time.Time{})
 	// 11 sent in 100 ms, all admitted; the 12th answer, the first throttle:
 	// a probe's cut, to 0.7 x 110/s.
 	l.answeredAt(e0, true, now)
@@ -112,7 +112,7 @@ func TestRateLimiterOverload(t *testing.T) {
 	for range 20 { // answers to attempts sent before the cut: counted, no cut
 		l.answeredAt(e0, true, now)
 	}
-	_, e1, _ := l.reserve(now, now, time.Time{})
+	_, e1, _ := l.reserve(now, time.Time{})
 	l.answeredAt(e1, true, now) // 11 of 33 answers admitted
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -127,15 +127,15 @@ func TestRateLimiterPermits(t *testing.T) {
 	l := &RateLimiter{MinRate: 4}
 	// One throttle with nothing measured: 1 permit in at least 100 ms is
 	// 10/s, cut to 7/s; the next permit is one interval away.
-	_, e, _ := l.reserve(t0, t0, time.Time{})
+	_, e, _ := l.reserve(t0, time.Time{})
 	l.answeredAt(e, true, t0)
 	first := t0.Add(seventh)
-	at, _, ok := l.reserve(t0, t0, time.Time{})
+	at, _, ok := l.reserve(t0, time.Time{})
 	if !ok || !at.Equal(first) {
 		t.Fatalf("got a permit at %v (%v); want %v", at.Sub(t0), ok, first.Sub(t0))
 	}
 	t.Run("spaced at the rate", func(t *testing.T) {
-		next, _, _ := l.reserve(t0, t0, time.Time{})
+		next, _, _ := l.reserve(t0, time.Time{})
 		// The rate has grown along the curve in the meantime.
 		if gap, want := next.Sub(first), interval(curve(10, 0.3, seventh)); gap != want {
 			t.Errorf("got a gap of %v; want %v", gap, want)
@@ -145,17 +145,17 @@ func TestRateLimiterPermits(t *testing.T) {
 		l.mu.Lock()
 		next := l.next
 		l.mu.Unlock()
-		if _, _, ok := l.reserve(t0, t0, next); ok {
+		if _, _, ok := l.reserve(t0, next); ok {
 			t.Error("got a permit due at the deadline; want none")
 		}
-		if _, _, ok := l.reserve(t0, t0, next.Add(time.Nanosecond)); !ok {
+		if _, _, ok := l.reserve(t0, next.Add(time.Nanosecond)); !ok {
 			t.Error("got no permit due just before the deadline; want one")
 		}
 	})
 	t.Run("beyond MaxWait: refused", func(t *testing.T) {
 		l.MaxWait = 100 * time.Millisecond
 		defer func() { l.MaxWait = 0 }()
-		if _, _, ok := l.reserve(t0, t0, time.Time{}); ok {
+		if _, _, ok := l.reserve(t0, time.Time{}); ok {
 			t.Error("got a permit more than MaxWait away; want none")
 		}
 	})
@@ -260,8 +260,8 @@ func TestTransportFailsFastWithoutPermit(t *testing.T) {
 }
 
 func TestRetryTakesAPermit(t *testing.T) {
-	// A 429, then its retry after the throttle backoff: the retry's permit
-	// is taken when the wait is planned, and the wait covers both.
+	// A 429, then its retry after the throttle backoff (0 here): the retry
+	// takes its permit when it is due, and waits for it.
 	synctest.Test(t, func(t *testing.T) {
 		base := rht.NewTransport(rht.Status(429), rht.Status(200))
 		var hooks []Attempt
@@ -271,13 +271,32 @@ func TestRetryTakesAPermit(t *testing.T) {
 		if code != 200 || err != nil {
 			t.Fatalf("got (%d, %v); want 200", code, err)
 		}
-		want := seventh // backoff 0, permit 1/7 s away
-		if gaps := rht.Gaps(base); len(gaps) != 1 || gaps[0] != want {
-			t.Errorf("got gaps %v; want [%v]", gaps, want)
+		if gaps := rht.Gaps(base); len(gaps) != 1 || gaps[0] != seventh {
+			t.Errorf("got gaps %v; want [%v]", gaps, seventh)
 		}
-		if hooks[0].Delay != want || hooks[1].PermitWait != want {
-			t.Errorf("got delay %v and permit wait %v; want %v for both", hooks[0].Delay, hooks[1].PermitWait, want)
+		if hooks[0].Delay != 0 || hooks[1].PermitWait != seventh {
+			t.Errorf("got delay %v and permit wait %v; want 0 (the backoff) and %v", hooks[0].Delay, hooks[1].PermitWait, seventh)
 		}
+	})
+}
+
+func TestRetryPlannedAheadHoldsNoPermit(t *testing.T) {
+	// A retry due in 500 ms (retry-after-ms) does not hold a permit in the
+	// meantime: another request gets the next one, 1/7 s after the 429.
+	synctest.Test(t, func(t *testing.T) {
+		lim := &RateLimiter{}
+		base := rht.NewTransport(rht.Status(429).WithHeader("Retry-After-Ms", "500"), rht.Status(200))
+		tr := &Transport{Base: base, Limiter: lim, Policy: Policy{Rand: lowRand}}
+		other := rht.NewTransport(rht.Status(200))
+		start := time.Now()
+		var wg sync.WaitGroup
+		wg.Go(func() { roundTrip(t, tr, newReq(t, "GET", "")) })
+		synctest.Wait() // the 429 is in, its retry waits
+		roundTrip(t, &Transport{Base: other, Limiter: lim}, newReq(t, "GET", ""))
+		if got := other.Attempts()[0].Time.Sub(start); got != seventh {
+			t.Errorf("the other request was sent after %v; want %v", got, seventh)
+		}
+		wg.Wait()
 	})
 }
 

@@ -199,7 +199,6 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	var (
 		prevDelay time.Duration
 		lastCost  int64 // the tokens the retry now being made took
-		permit    permit
 		start     time.Time
 		resp      *http.Response
 		err       error
@@ -221,8 +220,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}()
 	}
 	for n := 1; ; n++ {
+		var (
+			epoch      uint64        // of the attempt's send permit
+			permitWait time.Duration // for it
+		)
 		if lim != nil {
-			if perr := permit.await(ctx, lim); perr != nil {
+			var perr error
+			if epoch, permitWait, perr = lim.await(ctx); perr != nil {
 				// No attempt is made: the body the base would have closed
 				// is closed here, and a retry's tokens go back.
 				closeBody(out.Body)
@@ -232,7 +236,6 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				return nil, t.stopBeforeAttempt(ctx, req, report, n-1, maxAttempts, perr, err, cancel, &returned)
 			}
 		}
-		permitWait := permit.waited
 		if observe {
 			start = time.Now()
 		}
@@ -260,7 +263,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			budget.Deposit(class == Success) // before a retry is weighed
 		}
 		if lim != nil {
-			lim.answered(permit.epoch, class == Throttling)
+			lim.answered(epoch, class == Throttling)
 		}
 		decision := Done
 		var (
@@ -275,10 +278,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			decision = StopCanceled
 		case class.retryable():
 			decision, delay, src, lastCost = t.decide(ctx, n, maxAttempts, class, resp, err, safe, replayable, prevDelay, budget)
-			if decision == Retry && lim != nil {
-				if delay, decision = permit.plan(ctx, lim, delay); decision != Retry {
-					budget.Refund(lastCost, false)
-				}
+			if decision == Retry && lim != nil && !lim.admits(ctx, delay) {
+				budget.Refund(lastCost, false)
+				decision = StopRateLimited
 			}
 			if decision == Retry {
 				unpaid = lastCost

@@ -164,18 +164,62 @@ func (t handlerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return rec.Result(), nil
 }
 
-// ThrottleRecoverySweep runs this library's limiter alone, in memory, once
-// for each Recovery given.
-func ThrottleRecoverySweep(cfg ThrottleConfig, recoveries []time.Duration) []ThrottleRun {
-	var runs []ThrottleRun
+// ThrottleRecoverySweep runs this library's limiter alone, in memory, for
+// each Recovery given, with seeds seeds (1, 2, ...), and returns the mean of
+// each Recovery's runs.
+func ThrottleRecoverySweep(cfg ThrottleConfig, recoveries []time.Duration, seeds int) []ThrottleRun {
+	var means []ThrottleRun
 	for _, r := range recoveries {
 		cfg.Recovery = r
-		srv := newCapacityServer(cfg, time.Now())
-		run := runThrottle(cfg, throttleImpl{"retryhttp", newRetryHTTPLimited}, srv, handlerTransport{srv}, "http://capacity.test/")
-		run.Name = "retryhttp, Recovery " + r.String()
-		runs = append(runs, run)
+		var runs []ThrottleRun
+		for seed := range seeds {
+			cfg.Seed = uint64(seed + 1)
+			srv := newCapacityServer(cfg, time.Now())
+			runs = append(runs, runThrottle(cfg, throttleImpl{"retryhttp", newRetryHTTPLimited}, srv, handlerTransport{srv}, "http://capacity.test/"))
+		}
+		m := meanRun(runs)
+		m.Name = fmt.Sprintf("retryhttp, Recovery %v (mean of %d)", r, seeds)
+		means = append(means, m)
 	}
-	return runs
+	return means
+}
+
+// meanRun averages runs: counts, ratios and times (a time is nil if any
+// run never converged).
+func meanRun(runs []ThrottleRun) ThrottleRun {
+	var m ThrottleRun
+	n := float64(len(runs))
+	var conv, reconv float64
+	converged, reconverged := true, true
+	for _, r := range runs {
+		m.Attempts += r.Attempts
+		m.Throttled += r.Throttled
+		m.GoodputRatio += r.GoodputRatio / n
+		m.Jain += r.Jain / n
+		if r.ConvergeSeconds == nil {
+			converged = false
+		} else {
+			conv += *r.ConvergeSeconds / n
+		}
+		if r.ReconvergeSeconds == nil {
+			reconverged = false
+		} else {
+			reconv += *r.ReconvergeSeconds / n
+		}
+	}
+	m.Attempts = int(math.Round(float64(m.Attempts) / n))
+	m.Throttled = int(math.Round(float64(m.Throttled) / n))
+	m.GoodputRatio = math.Round(m.GoodputRatio*1000) / 1000
+	m.Jain = math.Round(m.Jain*1000) / 1000
+	if converged {
+		c := math.Round(conv*10) / 10
+		m.ConvergeSeconds = &c
+	}
+	if reconverged {
+		c := math.Round(reconv*10) / 10
+		m.ReconvergeSeconds = &c
+	}
+	return m
 }
 
 // ThrottleInMemory runs every implementation against a server called in

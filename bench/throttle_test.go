@@ -57,13 +57,13 @@ func slower(a, b *float64) bool {
 }
 
 // TestThrottleRecovery measures the limiter's one trade-off knob in fake
-// time: a longer Recovery probes past the capacity less often, so fewer
-// 429s, and lets unequal shares even out more slowly.
+// time, over three seeds: a longer Recovery probes past the capacity less
+// often, so fewer 429s, and lets unequal shares even out more slowly.
 func TestThrottleRecovery(t *testing.T) {
 	recoveries := []time.Duration{4 * time.Second, retryhttp.DefaultLimiterRecovery, 24 * time.Second}
 	var runs []ThrottleRun
 	synctest.Test(t, func(t *testing.T) {
-		runs = ThrottleRecoverySweep(DefaultThrottleConfig, recoveries)
+		runs = ThrottleRecoverySweep(DefaultThrottleConfig, recoveries, 3)
 	})
 	t.Logf("\n%s", ThrottleTable(runs))
 	for i := 1; i < len(runs); i++ {
