@@ -30,8 +30,9 @@ import (
 //     back in about 2 s at that rate, so twenty such clients probe past the
 //     server's capacity every few seconds, and each probe costs 429s.
 //   - Permits are spaced evenly with no burst (the AWS bucket holds a
-//     second's worth), and a cut applies at once to attempts already waiting
-//     for a permit: they take a new one at the new rate.
+//     second's worth), a cut applies at once to attempts already waiting
+//     for a permit (they take a new one at the new rate), and a retry takes
+//     its permit when its backoff ends, holding no slot while it waits.
 //   - At the first throttle, the send rate is measured over what has been
 //     sent, even less than a measuring interval's worth; the AWS limiter may
 //     then read a rate of zero and start again from its minimum, 0.5/s.
