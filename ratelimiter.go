@@ -15,16 +15,13 @@ import (
 // aws/retry/adaptive_ratelimit.go; the shape is CUBIC's, RFC 9438): the
 // rate drops to 0.7 of the measured send rate on a throttle and grows back
 // along a cubic curve, and a token bucket hands out permits at that rate.
-// RateLimiter keeps the shape and changes five things, each measured in
+// RateLimiter keeps the shape and changes four things, each measured in
 // docs/throttling.md on the same workload:
 //
 //   - One cut per round: a throttle answering an attempt whose permit was
 //     given before the last cut says nothing new (the cut was already made
 //     for it). The AWS limiter cuts again for every throttle in a burst,
 //     collapsing the rate, and then grows back to the collapsed rate.
-//   - When most attempts are turned away, one cut to 0.9 of the rate the
-//     server admitted, which becomes the rate to grow back to, instead of
-//     rounds of 0.7 cuts from a rate the server was refusing.
 //   - A slower recovery: Recovery (12 s) for a rate of 10 per second,
 //     scaled by the cube root of the rate as CUBIC's is; the AWS curve is
 //     back in about 2 s at that rate, so twenty such clients probe past the
@@ -63,9 +60,7 @@ var ErrRateLimited = errors.New("retryhttp: no send permit before the deadline")
 //
 // Until its first throttle, a RateLimiter only counts what is sent: it lets
 // everything through. On a throttle the rate drops to Beta times the
-// current send rate (to 0.9 times the rate the server admitted, when it
-// turns away more than 1-Beta of the attempts); it then grows back along a
-// cubic curve, fast at first, flat when it nears the rate it was cut from
+// current send rate; it then grows back along a cubic curve, fast at first, flat when it nears the rate it was cut from
 // (after Recovery, for a rate of 10 per second), and faster again beyond
 // it, probing for more. A throttle answering a permit given before the last
 // cut cuts nothing more. It never exceeds twice the
@@ -114,7 +109,6 @@ type RateLimiter struct {
 	epoch   uint64    // cuts so far
 	refused int64     // permits refused
 	wmax    float64   // the rate the curve grows back to
-	drop    float64   // the share of wmax the last cut took off
 	cutAt   time.Time // when it was made
 	next    time.Time // when the next permit is due
 	// The measured send rate, once limiting: permits counted in
@@ -123,9 +117,6 @@ type RateLimiter struct {
 	interval time.Time
 	sent     float64
 	measured float64
-	// Outcomes (answered, throttled) in the current and the previous
-	// interval, for the share the server admits.
-	outcomes [2]struct{ answered, throttled float64 }
 }
 
 const (
@@ -137,11 +128,6 @@ const (
 	// minMeasure is the shortest span a send rate is measured over, so
 	// that the first few sends do not read as a huge rate.
 	minMeasure = 100 * time.Millisecond
-	// minOutcomes is how many answers the admitted share needs.
-	minOutcomes = 10
-	// overloadKeep is the share of the admitted rate kept after a throttle
-	// when the server turns away most attempts.
-	overloadKeep = 0.9
 	// recoveryRate is the rate whose curve takes Recovery to grow back;
 	// the time scales with the cube root of the rate, as CUBIC's does.
 	recoveryRate = 10.0
@@ -206,7 +192,7 @@ func (l *RateLimiter) Stats() RateLimiterStats {
 func (l *RateLimiter) rateAt(now time.Time) float64 {
 	k := l.recovery().Seconds() * math.Cbrt(l.wmax/recoveryRate)
 	x := (now.Sub(l.cutAt).Seconds() - k) / k
-	r := l.wmax * (1 + l.drop*x*x*x)
+	r := l.wmax * (1 + (1-l.beta())*x*x*x)
 	if l.measured > 0 {
 		r = min(r, 2*l.measured)
 	}
@@ -234,15 +220,12 @@ func (l *RateLimiter) count(now time.Time) {
 		rate := l.sent / span.Seconds()
 		l.measured = measureSmooth*rate + (1-measureSmooth)*l.measured
 		l.interval, l.sent = now, 0
-		l.outcomes[1], l.outcomes[0] = l.outcomes[0], l.outcomes[1]
-		l.outcomes[0].answered, l.outcomes[0].throttled = 0, 0
 	}
 	l.sent++
 }
 
 // startLimiting ends the idle state at the first throttle: the send rate
-// is measured since the older of the two marks (what was sent since then
-// was admitted: nothing was throttled before). Must hold mu.
+// is measured since the older of the two marks. Must hold mu.
 func (l *RateLimiter) startLimiting(now time.Time) {
 	from, at := l.prevMark, l.prevMarkAt
 	if at.IsZero() {
@@ -251,19 +234,7 @@ func (l *RateLimiter) startLimiting(now time.Time) {
 	sent := float64(l.idleSent.Load() - from)
 	l.measured = sent / max(now.Sub(at), minMeasure).Seconds()
 	l.interval, l.sent = now, 0
-	l.outcomes[0].answered = sent
 	l.limiting.Store(true)
-}
-
-// admitted is the share of the attempts answered in the last one or two
-// intervals that were not throttled; 1 when there were too few to tell.
-// Must hold mu.
-func (l *RateLimiter) admitted() float64 {
-	n := l.outcomes[0].answered + l.outcomes[1].answered
-	if n < minOutcomes {
-		return 1
-	}
-	return 1 - (l.outcomes[0].throttled+l.outcomes[1].throttled)/n
 }
 
 // reserve takes the permit of an attempt due now, and reports when to send
@@ -312,44 +283,22 @@ func (l *RateLimiter) current(epoch uint64) bool {
 // are load a throttled client can do without, are not sent.
 func (l *RateLimiter) limitingNow() bool { return l.limiting.Load() }
 
-// answered records the outcome of an attempt sent under a permit of epoch.
-// A throttle cuts the rate, once per epoch: to Beta times the rate it came
-// at when most attempts get through (the rate went just past what the
-// server allows, and the curve probes back to it), or, when the server
-// turns away more than 1-Beta of them, to 0.9 times the rate it admitted,
-// which then becomes the rate to grow back to.
-func (l *RateLimiter) answered(epoch uint64, throttled bool) {
-	if !throttled && !l.limiting.Load() {
-		return // an idle limiter needs only its sends
-	}
-	l.answeredAt(epoch, throttled, time.Now())
-}
-
-func (l *RateLimiter) answeredAt(epoch uint64, throttled bool, now time.Time) {
+// throttled records a throttling answer to an attempt sent under a permit
+// of epoch, at now. It cuts the rate to Beta times the rate the attempt was
+// sent at, once per epoch: a throttle answering a permit given before the
+// last cut says nothing the cut did not already answer.
+func (l *RateLimiter) throttled(epoch uint64, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.limiting.Load() {
-		if !throttled {
-			return
-		}
 		l.startLimiting(now)
 	}
-	l.outcomes[0].answered++
-	if !throttled {
-		return
-	}
-	l.outcomes[0].throttled++
 	if epoch != l.epoch {
 		return // sent at a rate already cut since
 	}
 	w := l.measured
 	if l.epoch > 0 {
 		w = min(w, l.rateAt(now))
-	}
-	l.drop = 1 - l.beta()
-	if a := l.admitted(); a < l.beta() {
-		w *= a
-		l.drop = 1 - overloadKeep
 	}
 	l.wmax = max(w, l.minRate())
 	l.cutAt = now

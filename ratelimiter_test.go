@@ -24,8 +24,8 @@ var seventh = time.Duration(second / 7)
 
 var second = float64(time.Second)
 
-// sendSteadily takes n permits spaced by gap from start and answers each at
-// once, not throttled; it returns the time after the last.
+// sendSteadily takes n permits spaced by gap from start; it returns the
+// time after the last.
 func sendSteadily(t *testing.T, l *RateLimiter, start time.Time, n int, gap time.Duration) time.Time {
 	t.Helper()
 	now := start
@@ -34,7 +34,9 @@ func sendSteadily(t *testing.T, l *RateLimiter, start time.Time, n int, gap time
 		if !ok || !at.Equal(now) {
 			t.Fatalf("permit at %v: got (%v, %v); want one at once", now.Sub(t0), at.Sub(t0), ok)
 		}
-		l.answeredAt(epoch, false, now)
+		if epoch != 0 {
+			t.Fatalf("got epoch %d before any throttle; want 0", epoch)
+		}
 		now = now.Add(gap)
 	}
 	return now
@@ -60,7 +62,7 @@ func TestRateLimiterCurve(t *testing.T) {
 	l := &RateLimiter{}
 	now := sendSteadily(t, l, t0, 20, 50*time.Millisecond)
 	const epoch = 0 // before the first cut
-	l.answeredAt(epoch, true, now)
+	l.throttled(epoch, now)
 	cut := now
 	k := time.Duration(float64(DefaultLimiterRecovery) * math.Cbrt(2))
 	tests := []struct {
@@ -86,7 +88,7 @@ func TestRateLimiterCurve(t *testing.T) {
 	}
 
 	t.Run("one cut per round: a throttle of an attempt sent before the cut changes nothing", func(t *testing.T) {
-		l.answeredAt(epoch, true, cut.Add(time.Millisecond))
+		l.throttled(epoch, cut.Add(time.Millisecond))
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		if l.epoch != 1 || !l.cutAt.Equal(cut) || l.wmax != 20 {
@@ -95,31 +97,32 @@ func TestRateLimiterCurve(t *testing.T) {
 	})
 }
 
-func TestRateLimiterOverload(t *testing.T) {
-	// When the server turns most attempts away, the rate drops to 0.9 of
-	// what it admitted, and that becomes the rate to grow back to.
+func TestRateLimiterCutsOncePerRound(t *testing.T) {
 	l := &RateLimiter{}
-	now := sendSteadily(t, l, t0, 10, 10*time.Millisecond) // 10 in 100 ms: 100/s
+	now := sendSteadily(t, l, t0, 10, 10*time.Millisecond)
 	_, e0, _ := l.reserve(now, time.Time{})
-	// 11 sent in 100 ms, all admitted; the 12th answer, the first throttle:
-	// a probe's cut, to 0.7 x 110/s.
-	l.answeredAt(e0, true, now)
-	l.mu.Lock()
-	if !near(l.rateAt(now), 0.7*110) {
-		t.Errorf("after the first throttle: got %v permits/s; want 77 (0.7 x 11 sent in 100 ms)", l.rateAt(now))
+	l.throttled(e0, now) // 11 sent in 100 ms: cut to 0.7 x 110/s
+	rate := func() float64 {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.rateAt(now)
 	}
-	l.mu.Unlock()
-	for range 20 { // answers to attempts sent before the cut: counted, no cut
-		l.answeredAt(e0, true, now)
+	if got := rate(); !near(got, 77) {
+		t.Errorf("after the first throttle: got %v permits/s; want 77", got)
+	}
+	for range 20 { // a burst of answers to attempts sent before the cut
+		l.throttled(e0, now)
+	}
+	if got := rate(); !near(got, 77) {
+		t.Errorf("after 20 throttles of the same round: got %v permits/s; want 77 still", got)
 	}
 	_, e1, _ := l.reserve(now, time.Time{})
-	l.answeredAt(e1, true, now) // 11 of 33 answers admitted
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	rate := l.rateAt(now)
-	admittedRate := 77 * 11.0 / 33
-	if !near(l.wmax, admittedRate) || !near(rate, 0.9*admittedRate) {
-		t.Errorf("got wmax %v and rate %v; want %v (the admitted share of 77/s) and 0.9 of it", l.wmax, rate, admittedRate)
+	l.throttled(e1, now) // sent at the new rate: the next round
+	if got := rate(); !near(got, 0.7*77) {
+		t.Errorf("after a throttle of the next round: got %v permits/s; want 0.7 x 77 (the rate, not the measured 110)", got)
+	}
+	if st := l.Stats(); st.Cuts != 2 {
+		t.Errorf("got %d cuts; want 2", st.Cuts)
 	}
 }
 
@@ -128,7 +131,7 @@ func TestRateLimiterPermits(t *testing.T) {
 	// One throttle with nothing measured: 1 permit in at least 100 ms is
 	// 10/s, cut to 7/s; the next permit is one interval away.
 	_, e, _ := l.reserve(t0, time.Time{})
-	l.answeredAt(e, true, t0)
+	l.throttled(e, t0)
 	first := t0.Add(seventh)
 	at, _, ok := l.reserve(t0, time.Time{})
 	if !ok || !at.Equal(first) {
@@ -363,7 +366,7 @@ func TestRetryPermitVoidedByACut(t *testing.T) {
 		base := rht.NewTransport(rht.Status(429), rht.Status(200))
 		budget := NewBudget(500)
 		tr := &Transport{Base: base, Limiter: lim, Budget: budget, Policy: Policy{Rand: lowRand, Timeout: 200 * time.Millisecond}}
-		time.AfterFunc(50*time.Millisecond, func() { lim.answered(1, true) })
+		time.AfterFunc(50*time.Millisecond, func() { lim.throttled(1, time.Now()) })
 		start := time.Now()
 		resp, err := tr.RoundTrip(newReq(t, "GET", ""))
 		var re *Error

@@ -262,8 +262,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if first == 1 {
 			budget.Deposit(class == Success) // before a retry is weighed
 		}
-		if lim != nil {
-			lim.answered(epoch, class == Throttling)
+		if lim != nil && class == Throttling {
+			lim.throttled(epoch, time.Now())
 		}
 		decision := Done
 		var (
