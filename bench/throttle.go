@@ -223,8 +223,8 @@ func meanRun(runs []ThrottleRun) ThrottleRun {
 }
 
 // ThrottleInMemory runs every implementation against a server called in
-// memory (see handlerTransport), one after another, on the clock it is
-// given: in a synctest bubble, 60 s of fake time take seconds.
+// memory (see handlerTransport), one after another. Run it in a synctest
+// bubble: 60 s of fake time take a few seconds.
 func ThrottleInMemory(cfg ThrottleConfig) []ThrottleRun {
 	var runs []ThrottleRun
 	for _, impl := range throttleImpls {
@@ -257,7 +257,7 @@ func ThrottleLoopback(cfg ThrottleConfig) []ThrottleRun {
 }
 
 // runThrottle drives cfg.Clients clients, each with its own RoundTripper
-// from impl, at cfg.PerClient requests per second each, spread evenly.
+// from impl, at cfg.PerClient requests per second each (Poisson arrivals).
 func runThrottle(cfg ThrottleConfig, impl throttleImpl, srv *capacityServer, base http.RoundTripper, url string) ThrottleRun {
 	oks := make([]int, cfg.Clients)
 	var mu sync.Mutex

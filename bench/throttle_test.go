@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -73,6 +74,54 @@ func TestThrottleRecovery(t *testing.T) {
 		}
 		if runs[i].GoodputRatio < 0.95 {
 			t.Errorf("Recovery %v: got goodput %.3f; want at least 0.95", recoveries[i], runs[i].GoodputRatio)
+		}
+	}
+}
+
+func TestConverge(t *testing.T) {
+	// Bins of 100 ms; capacity 100/s, so 10 a bin is exactly on it.
+	bins := func(per ...int) []int { // per[i]: attempts in each bin of second i
+		var b []int
+		for _, n := range per {
+			for range 10 {
+				b = append(b, n)
+			}
+		}
+		return b
+	}
+	tests := []struct {
+		name     string
+		attempts []int
+		want     float64
+	}{
+		{"on capacity from the start: after the first full second", bins(10, 10, 10, 10, 10), 1},
+		{"within 10% (105/s)", bins(10, 11, 10, 11, 10), 1},
+		{"too high for 2 s, then on it", bins(50, 50, 10, 10, 10, 10, 10), 3},
+		{"on it, but not for 3 s", bins(10, 10, 50, 10, 10), -1},
+		{"never", bins(50, 50, 50, 50, 50), -1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got, _ := converge(tc.attempts, 0, len(tc.attempts), 100); math.Abs(got-tc.want) > 1e-9 {
+				t.Errorf("got %v s; want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestJain(t *testing.T) {
+	tests := []struct {
+		xs   []int
+		want float64
+	}{
+		{[]int{5, 5, 5, 5}, 1},
+		{[]int{10, 0, 0, 0}, 0.25},
+		{[]int{1, 2}, 0.9}, // 9 / (2 x 5)
+		{[]int{0, 0}, 0},
+	}
+	for _, tc := range tests {
+		if got := jain(tc.xs); got != tc.want {
+			t.Errorf("jain(%v): got %v; want %v", tc.xs, got, tc.want)
 		}
 	}
 }
