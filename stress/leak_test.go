@@ -276,7 +276,7 @@ func TestNoLeakWithLimiter(t *testing.T) {
 			}
 		})
 		if i < 3 {
-			time.Sleep(5 * time.Millisecond) // its permit is taken before the next request's
+			time.Sleep(20 * time.Millisecond) // its permit is taken before the next request's
 		}
 	}
 	wg.Wait()
