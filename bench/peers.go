@@ -6,6 +6,7 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/failsafe-go/failsafe-go/failsafehttp"
 	"github.com/hashicorp/go-retryablehttp"
@@ -70,17 +72,34 @@ func newFailsafe(base http.RoundTripper, _ bool) http.RoundTripper {
 	return failsafehttp.NewRoundTripper(base, failsafehttp.NewRetryPolicyBuilder().Build())
 }
 
-// awsTransport drives the AWS SDK for Go v2's standard retryer the way its
-// retry middleware does (aws/retry/middleware.go): an attempt token for the
-// first attempt, the retry token's release after each retried attempt,
-// IsErrorRetryable, MaxAttempts, GetRetryToken for the quota, RetryDelay and
-// a sleep. The SDK turns an HTTP status into an error in its deserializers;
-// here a 429 or 5xx becomes a statusError carrying the status code, which
-// the retryer's default checks read. Discarded responses are drained and
-// closed, as the SDK's deserializers do.
+// awsTransport drives an AWS SDK for Go v2 retryer the way its retry
+// middleware does (aws/retry/middleware.go, handleAttempt): an attempt token
+// before each attempt, released with the attempt's error together with the
+// retry token; IsErrorRetryable, MaxAttempts, GetRetryToken for the quota,
+// RetryDelay and a sleep. The SDK turns an HTTP status into an error in its
+// deserializers; here a 429 or 5xx becomes a statusError carrying the
+// status code, which the retryer's default checks read. Discarded responses
+// are drained and closed, as the SDK's deserializers do.
 type awsTransport struct {
 	base    http.RoundTripper
-	retryer *retry.Standard
+	retryer aws.RetryerV2
+	// attemptToken is taken before attempt n (from 1). Nil means the
+	// standard mode's: the retryer's token for the first attempt, and for
+	// later ones the no-op the middleware gets from its retry metadata,
+	// which exists only inside the SDK's stack.
+	attemptToken func(ctx context.Context, n int) (func(error) error, error)
+}
+
+func nopRelease(error) error { return nil }
+
+func (t *awsTransport) token(ctx context.Context, n int) (func(error) error, error) {
+	switch {
+	case t.attemptToken != nil:
+		return t.attemptToken(ctx, n)
+	case n == 1:
+		return t.retryer.GetAttemptToken(ctx)
+	}
+	return nopRelease, nil
 }
 
 func newAWS(base http.RoundTripper, zeroWait bool) http.RoundTripper {
@@ -105,12 +124,12 @@ func (e *statusError) ErrorCode() string {
 
 func (t *awsTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
-	release, err := t.retryer.GetAttemptToken(ctx)
-	if err != nil {
-		return nil, err
-	}
-	releaseRetry := func(error) error { return nil }
+	releaseRetry := nopRelease
 	for attempt := 1; ; attempt++ {
+		release, err := t.token(ctx, attempt)
+		if err != nil {
+			return nil, err
+		}
 		r := req
 		if attempt > 1 && req.GetBody != nil {
 			body, err := req.GetBody()
@@ -127,7 +146,6 @@ func (t *awsTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		releaseRetry(opErr)
 		release(opErr)
-		release = func(error) error { return nil } // later attempts: nopRelease
 		if opErr == nil {
 			return resp, nil
 		}

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -394,45 +393,38 @@ func jain(xs []int) float64 {
 	return math.Round(sum*sum/(float64(len(xs))*sq)*1000) / 1000
 }
 
-// awsAdaptive drives the AWS SDK for Go v2's adaptive retry mode
-// (retry.NewAdaptiveMode, with its defaults) the way its retry middleware
-// does (aws/retry/middleware.go, handleAttempt): GetAttemptToken before
-// every attempt, which waits for the adaptive rate limiter's token (for as
-// long as the context allows); the attempt; the release of the attempt
-// token and of the retry token with the attempt's error (a 429 becomes a
-// statusError whose code "Throttling" the default throttle checks read);
-// then IsErrorRetryable, MaxAttempts, GetRetryToken, RetryDelay and a
-// sleep. Outside the SDK's middleware stack there is no retry metadata in
-// the context, so the standard part of every attempt token is the first
-// attempt's (a success adds the quota's NoRetryIncrement, 1 token): the
-// rate limiter, which is what is compared here, is driven exactly.
-type awsAdaptive struct {
-	base    http.RoundTripper
-	retryer *retry.AdaptiveMode
-	head    chan struct{} // held by the waiter that asks for a token
-}
-
+// newAWSAdaptive is the AWS SDK for Go v2's adaptive retry mode
+// (retry.NewAdaptiveMode, with its defaults) driven as its retry middleware
+// drives it (awsTransport), with its attempt token, which waits for the
+// adaptive rate limiter, taken before every attempt. Outside the SDK's
+// middleware stack there is no retry metadata in the context, so the
+// standard part of every attempt token is the first attempt's (a success
+// adds the quota's NoRetryIncrement, 1 token): the rate limiter, which is
+// what is compared here, is driven exactly.
 func newAWSAdaptive(base http.RoundTripper, _ ThrottleConfig) http.RoundTripper {
-	return &awsAdaptive{base: base, head: make(chan struct{}, 1),
-		retryer: retry.NewAdaptiveMode(func(o *retry.AdaptiveModeOptions) { o.FailOnNoAttemptTokens = true })}
+	retryer := retry.NewAdaptiveMode(func(o *retry.AdaptiveModeOptions) { o.FailOnNoAttemptTokens = true })
+	head := make(chan struct{}, 1) // held by the waiter that asks for a token
+	return &awsTransport{base: base, retryer: retryer, attemptToken: func(ctx context.Context, _ int) (func(error) error, error) {
+		return pollAttemptToken(ctx, retryer, head)
+	}}
 }
 
-// attemptToken is GetAttemptToken's own wait, made so that it runs on a
+// pollAttemptToken is GetAttemptToken's own wait, made so that it runs on a
 // fake clock. The SDK sleeps for exactly the time the missing fraction of a
 // token takes to refill, truncated to whole nanoseconds; on a fake clock,
 // which does not move while a goroutine runs, that becomes a zero sleep that
-// never ends. So FailOnNoAttemptTokens is set, and the waiters queue: the
-// first one asks again every millisecond (the precision of a timer in real
-// time) until it gets a token or its context ends.
-func (t *awsAdaptive) attemptToken(ctx context.Context) (func(error) error, error) {
+// never ends. So FailOnNoAttemptTokens is set, and the waiters queue on
+// head: the first one asks again every millisecond (the precision of a timer
+// in real time) until it gets a token or its context ends.
+func pollAttemptToken(ctx context.Context, retryer *retry.AdaptiveMode, head chan struct{}) (func(error) error, error) {
 	select {
-	case t.head <- struct{}{}:
+	case head <- struct{}{}:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	defer func() { <-t.head }()
+	defer func() { <-head }()
 	for {
-		release, err := t.retryer.GetAttemptToken(ctx)
+		release, err := retryer.GetAttemptToken(ctx)
 		if err == nil {
 			return release, nil
 		}
@@ -441,47 +433,6 @@ func (t *awsAdaptive) attemptToken(ctx context.Context) (func(error) error, erro
 		case <-ctx.Done():
 			timer.Stop()
 			return nil, ctx.Err()
-		case <-timer.C:
-		}
-	}
-}
-
-func (t *awsAdaptive) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx := req.Context()
-	releaseRetry := func(error) error { return nil }
-	for attempt := 1; ; attempt++ {
-		release, err := t.attemptToken(ctx)
-		if err != nil {
-			return nil, err
-		}
-		resp, err := t.base.RoundTrip(req)
-		opErr := err
-		if err == nil && (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500) {
-			opErr = &statusError{resp.StatusCode}
-		}
-		releaseRetry(opErr)
-		release(opErr)
-		if opErr == nil || !t.retryer.IsErrorRetryable(opErr) || attempt >= t.retryer.MaxAttempts() {
-			return resp, err
-		}
-		rel, qerr := t.retryer.GetRetryToken(ctx, opErr)
-		if qerr != nil {
-			return resp, err
-		}
-		releaseRetry = rel
-		delay, derr := t.retryer.RetryDelay(attempt, opErr)
-		if derr != nil {
-			return resp, err
-		}
-		if resp != nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
-		timer := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return nil, errors.Join(ctx.Err(), err)
 		case <-timer.C:
 		}
 	}
