@@ -100,7 +100,7 @@ func (t *Transport) sendHedged(base http.RoundTripper, req, out *http.Request, m
 			if len(cancels) >= maxCopies || hs.sent >= p.maxHedges() {
 				continue
 			}
-			if t.Limiter != nil && t.Limiter.limitingNow() {
+			if t.Limiter != nil && t.Limiter.limiting.Load() {
 				hs.refused++ // a throttled client sends no extra copies
 				continue
 			}

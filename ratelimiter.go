@@ -156,14 +156,7 @@ func (l *RateLimiter) minRate() float64 {
 
 // Rate reports the permits per second the limiter allows now, or 0 while it
 // is not limiting (before its first throttle).
-func (l *RateLimiter) Rate() float64 {
-	if !l.limiting.Load() {
-		return 0
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.rateAt(time.Now())
-}
+func (l *RateLimiter) Rate() float64 { return l.Stats().Rate }
 
 // RateLimiterStats is a RateLimiter's state, for metrics.
 type RateLimiterStats struct {
@@ -253,7 +246,7 @@ func (l *RateLimiter) reserve(now, deadline time.Time) (at time.Time, epoch uint
 		l.refused++
 		return time.Time{}, 0, false
 	}
-	l.next = at.Add(time.Duration(float64(time.Second) / l.rateAt(at)))
+	l.next = at.Add(interval(l.rateAt(at)))
 	l.count(now)
 	return at, l.epoch, true
 }
@@ -263,6 +256,9 @@ func (l *RateLimiter) reserve(now, deadline time.Time) (at time.Time, epoch uint
 func (l *RateLimiter) permitted(at, due, deadline time.Time) bool {
 	return (deadline.IsZero() || at.Before(deadline)) && (l.MaxWait <= 0 || at.Sub(due) <= l.MaxWait)
 }
+
+// interval is the gap between two permits at rate r per second.
+func interval(r float64) time.Duration { return time.Duration(float64(time.Second) / r) }
 
 func later(a, b time.Time) time.Time {
 	if a.After(b) {
@@ -278,10 +274,6 @@ func (l *RateLimiter) current(epoch uint64) bool {
 	defer l.mu.Unlock()
 	return epoch == l.epoch
 }
-
-// limitingNow reports whether the limiter is limiting: then hedges, which
-// are load a throttled client can do without, are not sent.
-func (l *RateLimiter) limitingNow() bool { return l.limiting.Load() }
 
 // throttled records a throttling answer to an attempt sent under a permit
 // of epoch, at now. It cuts the rate to Beta times the rate the attempt was
@@ -305,7 +297,7 @@ func (l *RateLimiter) throttled(epoch uint64, now time.Time) {
 	l.epoch++
 	// The next permit is one interval of the new rate away; attempts
 	// already waiting take new permits (see await).
-	l.next = now.Add(time.Duration(float64(time.Second) / l.rateAt(now)))
+	l.next = now.Add(interval(l.rateAt(now)))
 }
 
 // await takes a permit for an attempt to be sent now and waits for it, until

@@ -50,9 +50,6 @@ func curve(wmax, drop float64, dt time.Duration) float64 {
 	return wmax * (1 + drop*x*x*x)
 }
 
-// interval is the gap the limiter leaves after a permit at rate r.
-func interval(r float64) time.Duration { return time.Duration(second / r) }
-
 func near(got, want float64) bool { return math.Abs(got-want) < 1e-9*max(1, math.Abs(want)) }
 
 func TestRateLimiterCurve(t *testing.T) {

@@ -52,15 +52,22 @@ func sum(t *testing.T, m metricdata.Metrics, kv ...attribute.KeyValue) int64 {
 	return total
 }
 
+// newMetrics makes Metrics on a meter provider read by hand, closed when
+// the test ends.
+func newMetrics(t *testing.T) (*Metrics, *sdkmetric.ManualReader) {
+	t.Helper()
+	reader := sdkmetric.NewManualReader()
+	m, err := New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m, reader
+}
+
 func TestMetrics(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		reader := sdkmetric.NewManualReader()
-		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-		m, err := New(mp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Close()
+		m, reader := newMetrics(t)
 
 		// Request 1: 503, 429 (Retry-After: 1), 200. Request 2: 503 three
 		// times. Request 3: 404.
@@ -129,12 +136,7 @@ func TestMetrics(t *testing.T) {
 
 func TestRateLimitMetrics(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		reader := sdkmetric.NewManualReader()
-		m, err := New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Close()
+		m, reader := newMetrics(t)
 		// A 429 cuts the rate to 7/s; the next request waits 1/7 s for its
 		// permit; the one after it, with a 100 ms deadline, gets none.
 		lim := &retryhttp.RateLimiter{}
@@ -184,12 +186,7 @@ func TestGuideNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	synctest.Test(t, func(t *testing.T) {
-		reader := sdkmetric.NewManualReader()
-		m, err := New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Close()
+		m, reader := newMetrics(t)
 		base := rht.NewTransport(rht.Status(503), rht.Status(200), rht.Status(503))
 		tr := &retryhttp.Transport{Base: base, Budget: retryhttp.NewBudget(retryhttp.RetryCost)}
 		m.Instrument(tr, attribute.String("client", "orders"))
