@@ -37,18 +37,53 @@ type RetryBudget interface {
 	Deposit(success bool)
 	// Withdraw is called before each retry, after a failure of class c
 	// (Transient or Throttling), and before each hedged copy (Hedge). It
-	// reports whether the retry may be made and what it cost, which the
-	// Transport may later pass to Refund.
-	Withdraw(c Class) (cost int64, ok bool)
-	// Refund is called with the cost of a retry that Withdraw allowed,
-	// once that retry succeeded (sent is true), or when it was never sent:
-	// its wait was canceled, its body could not be had again, a hook
-	// panicked (sent is false). A failed retry is not refunded.
-	Refund(cost int64, sent bool)
+	// reports whether the retry may be made and, if so, the Tokens it
+	// paid, which the Transport settles exactly once (see Tokens).
+	Withdraw(c Class) (t Tokens, ok bool)
 	// Available reports what the budget holds now, in its own unit, for
 	// hooks, logs and metrics.
 	Available() int
 }
+
+// Tokens are what a RetryBudget paid for one retry or hedged copy. The
+// Transport holds them from the decision to retry until the retry's fate is
+// known, then settles them exactly once: it gives them back to their Payer
+// when the retry was never sent (its wait was canceled, its body could not
+// be had again, a hook panicked, no send permit came) or when it succeeded
+// (a hedge that won), and otherwise keeps them spent. The refund goes to
+// whoever paid, not to whoever pays now: a budget that switches between
+// sources (a fleet budget and its local fallback) names the source in Payer.
+type Tokens struct {
+	// Cost is what was taken, in the payer's unit.
+	Cost int64
+	// Payer takes the tokens back on a refund. Nil means there is nothing
+	// to give back.
+	Payer Payer
+	// Mark is the payer's own note about the payment, such as the time
+	// slot that counted it; the Transport carries it unread.
+	Mark uint64
+}
+
+// A Payer takes back Tokens it paid. Refund is called at most once for each
+// payment: sent is true when the retry was sent and succeeded (or the hedge
+// won), false when it was never sent. A retry that was sent and failed is
+// never refunded.
+type Payer interface {
+	Refund(t Tokens, sent bool)
+}
+
+// refund gives the tokens back to their payer, once: it empties t.
+func (t *Tokens) refund(sent bool) {
+	if p := t.Payer; p != nil {
+		paid := *t
+		*t = Tokens{}
+		p.Refund(paid, sent)
+	}
+}
+
+// spend keeps the tokens spent: the retry was sent and did not succeed. It
+// empties t.
+func (t *Tokens) spend() { *t = Tokens{} }
 
 // A Budget is a token bucket that pays for retries, so that a client facing a
 // sick dependency stops retrying instead of multiplying the load on it.
@@ -70,7 +105,7 @@ type RetryBudget interface {
 // share one quota, but it bounds nothing across a fleet. Its methods are safe
 // for concurrent use and lock-free. Make one with NewBudget or
 // UnlimitedBudget; the zero Budget holds no tokens and refuses every retry.
-// It implements RetryBudget.
+// It implements RetryBudget and Payer.
 type Budget struct {
 	tokens    atomic.Int64
 	capacity  int64
@@ -117,13 +152,17 @@ func (b *Budget) Deposit(success bool) {
 }
 
 // Withdraw takes c.Cost() tokens, if the bucket holds them.
-func (b *Budget) Withdraw(c Class) (cost int64, ok bool) {
-	cost = c.Cost()
-	return cost, b.take(cost)
+func (b *Budget) Withdraw(c Class) (Tokens, bool) {
+	cost := c.Cost()
+	if !b.take(cost) {
+		return Tokens{}, false
+	}
+	return Tokens{Cost: cost, Payer: b}, true
 }
 
-// Refund gives the cost back, whether the retry succeeded or was never sent.
-func (b *Budget) Refund(cost int64, sent bool) { b.give(cost) }
+// Refund gives the tokens back, whether the retry succeeded or was never
+// sent.
+func (b *Budget) Refund(t Tokens, sent bool) { b.give(t.Cost) }
 
 // take removes cost tokens if the bucket holds that many and reports whether
 // it did.

@@ -3,6 +3,7 @@ package retryhttp
 import (
 	"context"
 	"net/http"
+	"sync"
 	"time"
 )
 
@@ -43,101 +44,205 @@ func (p *Policy) maxHedges() int {
 	return p.MaxHedges
 }
 
-// copyResult is one copy's outcome.
-type copyResult struct {
+// A race is one hedged attempt: its copies and the answers they send back.
+// The call owns it while it listens; once a winner is chosen (or a hook
+// panics) the race is over, the copies still running are canceled, and each
+// discards its own answer when it comes, so that the winner never waits for
+// a loser whose base ignores cancellation.
+type race struct {
+	answers chan copyAnswer // buffered for every copy: none ever blocks
+	mu      sync.Mutex
+	over    bool
+	cancels []context.CancelFunc // by copy, guarded by mu
+}
+
+// A copyAnswer is what one copy came back with.
+type copyAnswer struct {
 	i    int
 	resp *http.Response
 	err  error
 }
 
-// sendHedged makes one attempt as up to maxCopies copies: out first, then a
-// hedge each time HedgeDelay passes with no acceptable answer, while the
-// budget pays (MaxHedges at most). The first answer that is not a retryable
-// failure wins; the other copies are canceled and their responses drained
-// and closed before it returns, so no copy outlives the call. If every copy
-// fails retryably, the last failure is returned for the retry logic to
-// weigh. release must be called once the winning response is done with.
-func (t *Transport) sendHedged(base http.RoundTripper, req, out *http.Request, maxCopies int, budget RetryBudget) (
-	resp *http.Response, release func(), err error, class Class, hs hedgeStats,
-) {
-	p := &t.Policy
-	results := make(chan copyResult, maxCopies)
-	var (
-		cancels  []context.CancelFunc
-		costs    []int64
-		inflight int
-	)
-	launch := func(r *http.Request, cost int64) {
-		ctx, cancel := context.WithCancel(r.Context())
-		cancels = append(cancels, cancel)
-		costs = append(costs, cost)
-		i := len(cancels) - 1
-		r = r.WithContext(ctx)
-		inflight++
-		go func() {
-			resp, err := roundTripOnce(base, r)
-			results <- copyResult{i, resp, err}
-		}()
-	}
-	launch(out, 0)
-	// The timer is re-armed only after a hedge is sent: once hedging
-	// stops (no copy or hedge left, or the budget refuses), it stays quiet.
-	timer := time.NewTimer(p.HedgeDelay)
-	defer timer.Stop()
-
-	winner := -1
-	for winner < 0 && inflight > 0 {
-		select {
-		case r := <-results:
-			inflight--
-			c := p.classify(r.resp, r.err)
-			if !c.retryable() || inflight == 0 {
-				winner, resp, err, class = r.i, r.resp, r.err, c
-				continue
-			}
-			discard(r.resp, cancels[r.i]) // a retryable failure while another copy runs
-		case <-timer.C:
-			if len(cancels) >= maxCopies || hs.sent >= p.maxHedges() {
-				continue
-			}
-			if t.Limiter != nil && t.Limiter.limiting.Load() {
-				hs.refused++ // a throttled client sends no extra copies
-				continue
-			}
-			cost, ok := budget.Withdraw(Hedge)
-			if !ok {
-				hs.refused++
-				continue
-			}
-			hedge := nextRequest(req, out) // launch gives it a context of its own
-			if hedge == nil {
-				budget.Refund(cost, false)
-				continue
-			}
-			launch(hedge, cost)
-			hs.sent++
-			timer.Reset(p.HedgeDelay)
+// launch sends r as copy i (cancel ends its context) on a goroutine of its
+// own. An answer that comes once the race is over is discarded by the copy
+// itself; a 429 in it still reaches the limiter through p.
+func (r *race) launch(base http.RoundTripper, req *http.Request, cancel context.CancelFunc, p permit) {
+	r.mu.Lock()
+	i := len(r.cancels)
+	r.cancels = append(r.cancels, cancel)
+	r.mu.Unlock()
+	go func() {
+		resp, err := roundTripOnce(base, req)
+		r.mu.Lock()
+		if !r.over {
+			r.answers <- copyAnswer{i, resp, err}
+			r.mu.Unlock()
+			return
 		}
+		r.mu.Unlock()
+		lateAnswer(resp, cancel, p)
+	}()
+}
+
+// lateAnswer disposes of an answer that nobody listens for any more. Its
+// class is read from the status alone (no hook runs off the caller's
+// goroutine): a 429 is a throttle for the limiter all the same.
+func lateAnswer(resp *http.Response, cancel context.CancelFunc, p permit) {
+	if resp != nil && resp.StatusCode == http.StatusTooManyRequests {
+		p.throttled(time.Now())
 	}
-	// Cancel the others and wait for them: their responses are drained
-	// (bounded) and closed here, and no goroutine is left behind.
+	discard(resp, cancel)
+}
+
+// end closes the race: every copy but the winner (-1 for none) is canceled,
+// and the answers already sent are discarded. permits holds each copy's
+// permit, for their 429s.
+func (r *race) end(winner int, permits []permit) {
+	r.mu.Lock()
+	r.over = true
+	cancels := r.cancels
+	r.mu.Unlock()
 	for i, cancel := range cancels {
 		if i != winner {
 			cancel()
 		}
 	}
-	for ; inflight > 0; inflight-- {
-		r := <-results
-		discard(r.resp, cancels[r.i])
+	for {
+		select {
+		case a := <-r.answers:
+			var p permit
+			if a.i < len(permits) {
+				p = permits[a.i]
+			}
+			lateAnswer(a.resp, cancels[a.i], p)
+		default:
+			return
+		}
 	}
-	if winner > 0 && !class.retryable() {
-		hs.won = true
-		budget.Refund(costs[winner], true) // the hedge paid for itself
+}
+
+// abandon ends a race that a panicking hook left running.
+func (r *race) abandon() { r.end(-1, nil) }
+
+// sendHedged makes one attempt as up to maxCopies copies: the first at once,
+// then a hedge each time HedgeDelay passes with no acceptable answer, while
+// the Limiter has a permit due and the budget pays (MaxHedges at most). The
+// first answer that is not a retryable failure wins; if every copy fails
+// retryably, the last failure is the attempt's outcome, for the retry logic
+// to weigh. The others are canceled and discarded without being waited for.
+//
+// A hedge that wins gives its tokens back, unless the caller's context has
+// ended (a copy canceled by the caller won nothing); the others were sent,
+// and stay spent. Every copy's 429 reaches the Limiter. Each copy carries
+// its own attempt number, and records into a Report of its own, of which
+// only the winner's is kept: copies run on goroutines of their own, and a
+// Transport inside the base must not write into the caller's Report from
+// them.
+func (c *call) sendHedged() {
+	o, p := &c.o, &c.t.Policy
+	o.hedges = hedgeStats{}
+	maxCopies := min(c.max-o.number+1, p.maxHedges()+1)
+	r := &race{answers: make(chan copyAnswer, maxCopies)}
+	c.race = r
+	var (
+		permits = make([]permit, 0, maxCopies)
+		tokens  = make([]Tokens, 0, maxCopies)
+		reports []*Report
+	)
+	base := c.t.base()
+	launch := func(req *http.Request, pm permit, tk Tokens) {
+		ctx, cancel := context.WithCancel(req.Context())
+		if c.report != nil {
+			rep := new(Report)
+			reports = append(reports, rep)
+			ctx = WithReport(ctx, rep)
+		}
+		permits = append(permits, pm)
+		tokens = append(tokens, tk)
+		r.launch(base, req.WithContext(ctx), cancel, pm)
 	}
-	release = cancels[winner]
-	if resp == nil {
-		release()
-		release = nil
+	launch(o.sent, c.take(), Tokens{})
+	// The timer is re-armed only after a hedge is sent: once hedging
+	// stops (no copy or hedge left, or a hedge refused), it stays quiet.
+	timer := time.NewTimer(p.HedgeDelay)
+	defer timer.Stop()
+
+	winner, inflight := -1, 1
+	for winner < 0 && inflight > 0 {
+		select {
+		case a := <-r.answers:
+			inflight--
+			o.resp, o.err = a.resp, a.err
+			o.release = r.cancels[a.i] // only the call appends
+			o.class = p.classify(a.resp, a.err)
+			if o.class == Throttling {
+				permits[a.i].throttled(time.Now())
+			}
+			if !o.class.retryable() || inflight == 0 {
+				winner = a.i
+				continue
+			}
+			discard(o.resp, o.release) // a retryable failure while another copy runs
+			o.resp, o.release = nil, nil
+		case <-timer.C:
+			if len(permits) >= maxCopies || o.hedges.sent >= p.maxHedges() {
+				continue
+			}
+			req, pm, tk, ok := c.hedge(o.number + len(permits))
+			if !ok {
+				o.hedges.refused++
+				continue
+			}
+			launch(req, pm, tk)
+			o.hedges.sent++
+			inflight++
+			timer.Reset(p.HedgeDelay)
+		}
 	}
-	return resp, release, err, class, hs
+	r.end(winner, permits)
+	c.race = nil
+	for i := range tokens {
+		if i == winner && i > 0 && !o.class.retryable() && c.ctx.Err() == nil {
+			o.hedges.won = true
+			tokens[i].refund(true) // the hedge paid for itself
+		} else {
+			tokens[i].spend()
+		}
+	}
+	if reports != nil {
+		c.report.merge(reports[winner])
+	}
+	if o.resp == nil && o.release != nil {
+		o.release()
+		o.release = nil
+	}
+}
+
+// hedge prepares the hedged copy that would be attempt number n: a permit
+// due now from the Limiter, its tokens from the budget, its request (a fresh
+// body, its own attempt number). It reports false, holding nothing, when any
+// of them cannot be had.
+func (c *call) hedge(n int) (*http.Request, permit, Tokens, bool) {
+	var pm permit
+	if lim := c.t.Limiter; lim != nil {
+		var ok bool
+		if pm, ok = lim.tryAcquire(time.Now()); !ok {
+			return nil, permit{}, Tokens{}, false // a throttled client sends no extra copies
+		}
+	}
+	tk, ok := c.t.inUse.Withdraw(Hedge)
+	if !ok {
+		pm.cancel()
+		return nil, permit{}, Tokens{}, false
+	}
+	req := nextRequest(c.req, c.out)
+	if req == nil {
+		tk.refund(false)
+		pm.cancel()
+		return nil, permit{}, Tokens{}, false
+	}
+	if c.t.Policy.SendAttemptHeader {
+		req = withAttemptHeader(req, n)
+	}
+	return req, pm, tk, true
 }

@@ -300,3 +300,20 @@ func method(r *http.Request) string {
 	}
 	return r.Method
 }
+
+// observe passes a to the hook, the log and the request's Report.
+func (t *Transport) observe(ctx context.Context, report *Report, a Attempt, resp *http.Response) {
+	if resp != nil {
+		a.Status = resp.StatusCode
+	}
+	if f, ok := t.inUse.(interface{ Fallback() (bool, error) }); ok {
+		a.BudgetFallback, _ = f.Fallback()
+	}
+	report.add(a)
+	if t.OnAttempt != nil {
+		t.OnAttempt(a)
+	}
+	if t.Logger != nil && (a.Class.retryable() || a.Number > 1) {
+		t.log(ctx, a)
+	}
+}

@@ -78,7 +78,8 @@ var ErrRateLimited = errors.New("retryhttp: no send permit before the deadline")
 // change after its first use.
 type RateLimiter struct {
 	// Beta is the share of the send rate kept after a throttle, between 0
-	// and 1. Zero means DefaultLimiterBeta.
+	// and 1. Zero, or any value outside (0, 1), NaN included, means
+	// DefaultLimiterBeta.
 	Beta float64
 	// Recovery is how long after a throttle the rate is back at the rate
 	// it was cut from, when that rate was 10 permits per second; for a
@@ -86,13 +87,15 @@ type RateLimiter struct {
 	// means fewer 429s and slower probing for capacity (docs/throttling.md
 	// measures both). Zero means DefaultLimiterRecovery.
 	Recovery time.Duration
-	// MinRate is the lowest rate, in permits per second. Zero means
-	// DefaultLimiterMinRate.
+	// MinRate is the lowest rate, in permits per second. Zero, a negative
+	// value, NaN or infinity means DefaultLimiterMinRate.
 	MinRate float64
-	// MaxWait bounds the wait for one permit: an attempt whose permit is
-	// further away fails with ErrRateLimited. Zero means no bound but the
-	// request's deadline, so a request without one waits as long as it
-	// takes (or until its context ends).
+	// MaxWait bounds an attempt's whole wait for its permit, across any
+	// cuts made while it waits: an attempt whose permit would come later
+	// fails with ErrRateLimited at once. It applies whether or not the
+	// request has a deadline. Zero means no bound but the request's
+	// deadline, so a request without one waits as long as it takes (or
+	// until its context ends).
 	MaxWait time.Duration
 
 	// Until the first throttle (limiting is false), sends are only
@@ -134,7 +137,7 @@ const (
 )
 
 func (l *RateLimiter) beta() float64 {
-	if l.Beta <= 0 || l.Beta >= 1 {
+	if !(l.Beta > 0 && l.Beta < 1) { // NaN too
 		return DefaultLimiterBeta
 	}
 	return l.Beta
@@ -148,7 +151,7 @@ func (l *RateLimiter) recovery() time.Duration {
 }
 
 func (l *RateLimiter) minRate() float64 {
-	if l.MinRate <= 0 {
+	if !(l.MinRate > 0) || math.IsInf(l.MinRate, 1) { // NaN too
 		return DefaultLimiterMinRate
 	}
 	return l.MinRate
@@ -217,38 +220,139 @@ func (l *RateLimiter) count(now time.Time) {
 	l.sent++
 }
 
-// startLimiting ends the idle state at the first throttle: the send rate
-// is measured since the older of the two marks. Must hold mu.
+// startLimiting ends the idle state at the first throttle. The send rate is
+// the higher of two measures: since the last mark (over minMeasure at
+// least), and between the two marks. After a long idle spell the older
+// measure spans it and reads low; just after a mark the newer one has seen
+// few sends; either way the other one reads the recent rate. Must hold mu.
 func (l *RateLimiter) startLimiting(now time.Time) {
-	from, at := l.prevMark, l.prevMarkAt
-	if at.IsZero() {
-		from, at = l.mark, l.markAt
+	var rate float64
+	if !l.markAt.IsZero() {
+		rate = float64(l.idleSent.Load()-l.mark) / max(now.Sub(l.markAt), minMeasure).Seconds()
 	}
-	sent := float64(l.idleSent.Load() - from)
-	l.measured = sent / max(now.Sub(at), minMeasure).Seconds()
+	if !l.prevMarkAt.IsZero() {
+		rate = max(rate, float64(l.mark-l.prevMark)/max(l.markAt.Sub(l.prevMarkAt), minMeasure).Seconds())
+	}
+	l.measured = rate
 	l.interval, l.sent = now, 0
 	l.limiting.Store(true)
 }
 
-// reserve takes the permit of an attempt due now, and reports when to send
-// it and the epoch it belongs to. It takes nothing and reports false when
-// that would be at or after deadline (if not zero) or more than MaxWait
-// after now.
-func (l *RateLimiter) reserve(now, deadline time.Time) (at time.Time, epoch uint64, ok bool) {
+// A permit is an attempt's right to be sent, from a RateLimiter. It is a
+// value owned by the attempt: used once the attempt is sent (a throttling
+// answer to it then reaches the limiter through throttled), or canceled when
+// the attempt will not be sent, which gives its slot back. The zero permit
+// is no permit; an idle limiter's permits hold no slot.
+type permit struct {
+	l      *RateLimiter
+	epoch  uint64        // the cuts made before it was given
+	slot   time.Duration // the interval it took; zero for an idle limiter's
+	waited time.Duration // how long the attempt waited for it
+}
+
+// acquire waits for a permit for an attempt due now, until it holds one of
+// the current rate (a cut during the wait voids the slot taken before it),
+// and puts it in into. It returns ErrRateLimited, without waiting for
+// nothing, when the permit would come at or after ctx's deadline or more
+// than MaxWait after the attempt was due, or the context's error when it
+// ends first; either way it holds nothing.
+func (l *RateLimiter) acquire(ctx context.Context, into *permit) error {
+	if !l.limiting.Load() {
+		l.countIdle(time.Time{})
+		*into = permit{l: l}
+		return nil
+	}
+	deadline, _ := ctx.Deadline()
+	due := time.Now()
+	slept := false
+	for {
+		now := time.Now()
+		p, at, ok := l.reserve(due, now, deadline)
+		if !ok {
+			return ErrRateLimited
+		}
+		if d := at.Sub(now); d > 0 {
+			if err := sleep(ctx, d); err != nil {
+				p.cancel()
+				return err
+			}
+			slept = true
+			if !l.current(p.epoch) {
+				continue // cut while waiting: the slot went with the old rate
+			}
+		}
+		if slept {
+			p.waited = time.Since(due)
+		}
+		*into = p
+		return nil
+	}
+}
+
+// tryAcquire gives a permit for an attempt to be sent at now, only if one is
+// due by then: a hedge does not wait for a permit, and does not push the
+// request's other attempts back.
+func (l *RateLimiter) tryAcquire(now time.Time) (permit, bool) {
 	if !l.limiting.Load() {
 		l.countIdle(now)
-		return now, 0, true
+		return permit{l: l}, true
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	at = later(l.next, now)
-	if !l.permitted(at, now, deadline) {
-		l.refused++
-		return time.Time{}, 0, false
+	if l.next.After(now) {
+		return permit{}, false
 	}
-	l.next = at.Add(interval(l.rateAt(at)))
+	iv := interval(l.rateAt(now))
+	l.next = now.Add(iv)
 	l.count(now)
-	return at, l.epoch, true
+	return permit{l: l, epoch: l.epoch, slot: iv}, true
+}
+
+// reserve takes the slot of an attempt due at due, asked at now, and
+// reports when it comes. It takes nothing and reports false when the slot
+// would come at or after deadline (if not zero) or more than MaxWait after
+// due.
+func (l *RateLimiter) reserve(due, now, deadline time.Time) (permit, time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at := later(l.next, now)
+	if !l.permitted(at, due, deadline) {
+		l.refused++
+		return permit{}, time.Time{}, false
+	}
+	iv := interval(l.rateAt(at))
+	l.next = at.Add(iv)
+	l.count(now)
+	return permit{l: l, epoch: l.epoch, slot: iv}, at, true
+}
+
+// cancel gives back the slot of a permit whose attempt will not be sent, as
+// x/time/rate's Reservation.Cancel does: the next permit comes one interval
+// sooner, never before now. A permit of a rate since cut holds no slot (the
+// cut voided it), nor does an idle limiter's. It empties p.
+func (p *permit) cancel() {
+	l := p.l
+	if l == nil || p.slot == 0 {
+		*p = permit{}
+		return
+	}
+	now := time.Now()
+	l.mu.Lock()
+	if p.epoch == l.epoch {
+		l.next = later(l.next.Add(-p.slot), now)
+		if l.sent > 0 {
+			l.sent--
+		}
+	}
+	l.mu.Unlock()
+	*p = permit{}
+}
+
+// throttled reports a throttling answer to the attempt sent under p.
+func (p *permit) throttled(now time.Time) {
+	if p.l != nil {
+		p.l.throttled(p.epoch, now)
+	}
 }
 
 // permitted reports whether a permit at at, for an attempt due at due, comes
@@ -298,38 +402,6 @@ func (l *RateLimiter) throttled(epoch uint64, now time.Time) {
 	// The next permit is one interval of the new rate away; attempts
 	// already waiting take new permits (see await).
 	l.next = now.Add(interval(l.rateAt(now)))
-}
-
-// await takes a permit for an attempt to be sent now and waits for it, until
-// it holds a permit of the current rate (a cut during the wait voids the
-// permit taken before it). It returns the permit's epoch and how long it
-// waited, or ErrRateLimited or the context's error when no permit can be
-// had.
-func (l *RateLimiter) await(ctx context.Context) (uint64, time.Duration, error) {
-	if !l.limiting.Load() {
-		l.countIdle(time.Time{})
-		return 0, 0, nil
-	}
-	var waited time.Duration
-	deadline, _ := ctx.Deadline()
-	for {
-		now := time.Now()
-		at, epoch, ok := l.reserve(now, deadline)
-		if !ok {
-			return 0, waited, ErrRateLimited
-		}
-		d := at.Sub(now)
-		if d <= 0 {
-			return epoch, waited, nil // current: it was given under the lock
-		}
-		if err := sleep(ctx, d); err != nil {
-			return 0, waited, err
-		}
-		waited += time.Since(now)
-		if l.current(epoch) {
-			return epoch, waited, nil
-		}
-	}
 }
 
 // rate is Rate for a Limiter that may be nil.

@@ -30,7 +30,7 @@ func sendSteadily(t *testing.T, l *RateLimiter, start time.Time, n int, gap time
 	t.Helper()
 	now := start
 	for range n {
-		at, epoch, ok := l.reserve(now, time.Time{})
+		at, epoch, ok := reserveAt(l, now, time.Time{})
 		if !ok || !at.Equal(now) {
 			t.Fatalf("permit at %v: got (%v, %v); want one at once", now.Sub(t0), at.Sub(t0), ok)
 		}
@@ -97,7 +97,7 @@ func TestRateLimiterCurve(t *testing.T) {
 func TestRateLimiterCutsOncePerRound(t *testing.T) {
 	l := &RateLimiter{}
 	now := sendSteadily(t, l, t0, 10, 10*time.Millisecond)
-	_, e0, _ := l.reserve(now, time.Time{})
+	_, e0, _ := reserveAt(l, now, time.Time{})
 	l.throttled(e0, now) // 11 sent in 100 ms: cut to 0.7 x 110/s
 	rate := func() float64 {
 		l.mu.Lock()
@@ -113,7 +113,7 @@ func TestRateLimiterCutsOncePerRound(t *testing.T) {
 	if got := rate(); !near(got, 77) {
 		t.Errorf("after 20 throttles of the same round: got %v permits/s; want 77 still", got)
 	}
-	_, e1, _ := l.reserve(now, time.Time{})
+	_, e1, _ := reserveAt(l, now, time.Time{})
 	l.throttled(e1, now) // sent at the new rate: the next round
 	if got := rate(); !near(got, 0.7*77) {
 		t.Errorf("after a throttle of the next round: got %v permits/s; want 0.7 x 77 (the rate, not the measured 110)", got)
@@ -127,15 +127,15 @@ func TestRateLimiterPermits(t *testing.T) {
 	l := &RateLimiter{MinRate: 4}
 	// One throttle with nothing measured: 1 permit in at least 100 ms is
 	// 10/s, cut to 7/s; the next permit is one interval away.
-	_, e, _ := l.reserve(t0, time.Time{})
+	_, e, _ := reserveAt(l, t0, time.Time{})
 	l.throttled(e, t0)
 	first := t0.Add(seventh)
-	at, _, ok := l.reserve(t0, time.Time{})
+	at, _, ok := reserveAt(l, t0, time.Time{})
 	if !ok || !at.Equal(first) {
 		t.Fatalf("got a permit at %v (%v); want %v", at.Sub(t0), ok, first.Sub(t0))
 	}
 	t.Run("spaced at the rate", func(t *testing.T) {
-		next, _, _ := l.reserve(t0, time.Time{})
+		next, _, _ := reserveAt(l, t0, time.Time{})
 		// The rate has grown along the curve in the meantime.
 		if gap, want := next.Sub(first), interval(curve(10, 0.3, seventh)); gap != want {
 			t.Errorf("got a gap of %v; want %v", gap, want)
@@ -145,17 +145,17 @@ func TestRateLimiterPermits(t *testing.T) {
 		l.mu.Lock()
 		next := l.next
 		l.mu.Unlock()
-		if _, _, ok := l.reserve(t0, next); ok {
+		if _, _, ok := reserveAt(l, t0, next); ok {
 			t.Error("got a permit due at the deadline; want none")
 		}
-		if _, _, ok := l.reserve(t0, next.Add(time.Nanosecond)); !ok {
+		if _, _, ok := reserveAt(l, t0, next.Add(time.Nanosecond)); !ok {
 			t.Error("got no permit due just before the deadline; want one")
 		}
 	})
 	t.Run("beyond MaxWait: refused", func(t *testing.T) {
 		l.MaxWait = 100 * time.Millisecond
 		defer func() { l.MaxWait = 0 }()
-		if _, _, ok := l.reserve(t0, time.Time{}); ok {
+		if _, _, ok := reserveAt(l, t0, time.Time{}); ok {
 			t.Error("got a permit more than MaxWait away; want none")
 		}
 	})
@@ -489,4 +489,15 @@ func TestLimiterUnderConcurrency(t *testing.T) {
 			t.Errorf("got %d sent and %d rate limited; want 6 or 7 sent, the rest limited", sent, limited)
 		}
 	})
+}
+
+// reserveAt takes a permit for an attempt due at now, without waiting for
+// it, and reports when it may be sent and under which epoch.
+func reserveAt(l *RateLimiter, now, deadline time.Time) (time.Time, uint64, bool) {
+	if !l.limiting.Load() {
+		l.countIdle(now)
+		return now, 0, true
+	}
+	p, at, ok := l.reserve(now, now, deadline)
+	return at, p.epoch, ok
 }

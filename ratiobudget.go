@@ -2,6 +2,7 @@ package retryhttp
 
 import (
 	"math"
+	"runtime"
 	"sync/atomic"
 	"time"
 )
@@ -43,35 +44,36 @@ const ratioSlots = 10
 //
 // Its fields must be set before first use; the zero RatioBudget is ready to
 // use with the defaults. It is safe for concurrent use and lock-free: each
-// time slot holds its counts in atomic words tagged with the slot's epoch.
-// Two retries withdrawn at the same instant may both pass the check for the
-// last allowed retry (one over, at most once per concurrent caller).
+// time slot holds its count beside the full number of its slot, so a slot
+// left behind, however long ago, never counts again. Two retries withdrawn
+// at the same instant may both pass the check for the last allowed retry
+// (one over, at most once per concurrent caller), and a request counted at
+// the very moment its slot is reused for a new one may be lost.
 type RatioBudget struct {
-	// Ratio is the share of requests that may be retried. Zero means
-	// DefaultRetryRatio; a negative value allows no retry beyond
-	// MinPerSecond.
+	// Ratio is the share of requests that may be retried. Zero, NaN or
+	// infinity means DefaultRetryRatio; a negative value allows no retry
+	// beyond MinPerSecond.
 	Ratio float64
 	// MinPerSecond is how many retries a second are allowed whatever the
-	// traffic. Zero means DefaultMinRetriesPerSecond; a negative value
-	// means none.
+	// traffic. Zero, NaN or infinity means DefaultMinRetriesPerSecond; a
+	// negative value means none.
 	MinPerSecond float64
 	// Window is how long a request, and a retry, counts. Zero means
-	// DefaultRatioWindow.
+	// DefaultRatioWindow; a window shorter than a millisecond is taken as
+	// one.
 	Window time.Duration
 	// Now returns the current time; nil means time.Now (which a
 	// testing/synctest bubble makes fake).
 	Now func() time.Time
 
-	requests [ratioSlots]atomic.Uint64 // epoch<<countBits | count
-	retries  [ratioSlots]atomic.Uint64
+	requests slots
+	retries  slots
 }
 
-const (
-	countBits = 40
-	countMask = 1<<countBits - 1
+var (
+	_ RetryBudget = (*RatioBudget)(nil)
+	_ Payer       = (*RatioBudget)(nil)
 )
-
-var _ RetryBudget = (*RatioBudget)(nil)
 
 func (b *RatioBudget) ratio() float64 { return orDefaultRate(b.Ratio, DefaultRetryRatio) }
 
@@ -79,118 +81,146 @@ func (b *RatioBudget) minPerSecond() float64 {
 	return orDefaultRate(b.MinPerSecond, DefaultMinRetriesPerSecond)
 }
 
-// orDefaultRate reads a RatioBudget field: zero means def, negative none.
+// orDefaultRate reads a RatioBudget field: zero, NaN or infinity means def,
+// negative none.
 func orDefaultRate(v, def float64) float64 {
 	switch {
+	case v == 0 || math.IsNaN(v) || math.IsInf(v, 0):
+		return def
 	case v < 0:
 		return 0
-	case v == 0:
-		return def
 	}
 	return v
 }
 
-func (b *RatioBudget) window() time.Duration { return orDefault(b.Window, DefaultRatioWindow) }
+func (b *RatioBudget) window() time.Duration {
+	return max(orDefault(b.Window, DefaultRatioWindow), minRatioWindow)
+}
 
-// epoch returns the number of the current slot since the Unix epoch.
+// minRatioWindow is the shortest window: its slots are a tenth of a
+// millisecond.
+const minRatioWindow = time.Millisecond
+
+// epoch returns the number of the current slot since the Unix epoch, 1 or
+// more (0 marks a slot never used).
 func (b *RatioBudget) epoch() uint64 {
 	now := time.Now
 	if b.Now != nil {
 		now = b.Now
 	}
-	slot := b.window() / ratioSlots
-	if slot <= 0 {
-		slot = 1
-	}
-	return uint64(now().UnixNano() / int64(slot))
+	return uint64(now().UnixNano()/int64(b.window()/ratioSlots)) + 1
 }
 
-// add counts one in the current slot of counts.
-func add(counts *[ratioSlots]atomic.Uint64, epoch uint64) {
-	c := &counts[epoch%ratioSlots]
+// slots count events in the last ratioSlots time slots. Slot i holds the
+// count of the slot numbered epoch[i], one of those numbered i modulo
+// ratioSlots. A slot is reused for a new number by the first event of that
+// number: it is marked busy (reusing), its count set, then its number
+// published, so that no event of the new number is counted in the old one
+// and none of the old is counted in the new. An event whose number is older
+// than the slot's (its goroutine was delayed past the slot's reuse) is
+// counted in the newer slot rather than resetting it.
+type slots struct {
+	epoch [ratioSlots]atomic.Uint64
+	count [ratioSlots]atomic.Int64
+}
+
+// reusing marks a slot being reused.
+const reusing = math.MaxUint64
+
+// add counts one event of slot number e.
+func (s *slots) add(e uint64) {
+	i := e % ratioSlots
 	for {
-		old := c.Load()
-		next := epoch<<countBits | 1
-		if old>>countBits == epoch&(1<<(64-countBits)-1) {
-			next = old + 1
-		}
-		if c.CompareAndSwap(old, next) {
+		cur := s.epoch[i].Load()
+		switch {
+		case cur == reusing:
+			runtime.Gosched() // another event is reusing the slot: a few instructions
+		case cur >= e:
+			s.count[i].Add(1) // this slot, or a newer one: never reset a newer slot
+			return
+		case s.epoch[i].CompareAndSwap(cur, reusing):
+			s.count[i].Store(1)
+			s.epoch[i].Store(e)
 			return
 		}
 	}
 }
 
-// sum returns the counts of the slots that are still in the window.
-func sum(counts *[ratioSlots]atomic.Uint64, epoch uint64) uint64 {
-	var total uint64
-	const epochMask = 1<<(64-countBits) - 1
-	for i := range counts {
-		v := counts[i].Load()
-		e := v >> countBits
-		// A slot counts if its epoch is one of the last ratioSlots.
-		if age := (epoch - e) & epochMask; age < ratioSlots {
-			total += v & countMask
+// remove takes back one event counted in slot number e, if the slot still
+// holds that number: an event of a slot since reused has left the window.
+func (s *slots) remove(e uint64) {
+	i := e % ratioSlots
+	for {
+		n := s.count[i].Load()
+		if s.epoch[i].Load() != e || n <= 0 {
+			return
+		}
+		if s.count[i].CompareAndSwap(n, n-1) {
+			return
+		}
+	}
+}
+
+// sum returns the events of the slots in the window that ends with slot
+// number e.
+func (s *slots) sum(e uint64) int64 {
+	var total int64
+	for i := range ratioSlots {
+		if se := s.epoch[i].Load(); se != reusing && se <= e && e-se < ratioSlots {
+			total += s.count[i].Load()
 		}
 	}
 	return total
 }
 
+// current returns the events of slot number e.
+func (s *slots) current(e uint64) int64 {
+	i := e % ratioSlots
+	if s.epoch[i].Load() != e {
+		return 0
+	}
+	return s.count[i].Load()
+}
+
 // allowed reports how many retries the window allows now, and how many it
 // holds.
-func (b *RatioBudget) allowed(epoch uint64) (allow, made float64) {
-	requests := float64(sum(&b.requests, epoch))
+func (b *RatioBudget) allowed(e uint64) (allow, made float64) {
+	requests := float64(b.requests.sum(e))
 	allow = b.ratio()*requests + b.minPerSecond()*b.window().Seconds()
-	return allow, float64(sum(&b.retries, epoch))
+	return allow, float64(b.retries.sum(e))
 }
 
 // Deposit counts a request, whatever its outcome.
-func (b *RatioBudget) Deposit(bool) { add(&b.requests, b.epoch()) }
+func (b *RatioBudget) Deposit(bool) { b.requests.add(b.epoch()) }
 
 // Withdraw allows a retry while the retries in the window are fewer than
 // the window allows, and counts it. A retry costs 1, whatever its class. So
 // that the allowance is spread over the window rather than spent in one
 // burst whenever old retries expire, one time slot (a tenth of the window)
 // may hold at most twice its share of it.
-func (b *RatioBudget) Withdraw(Class) (int64, bool) {
+func (b *RatioBudget) Withdraw(Class) (Tokens, bool) {
 	e := b.epoch()
 	allow, made := b.allowed(e)
 	if made+1 > allow {
-		return 0, false
+		return Tokens{}, false
 	}
 	perSlot := max(1, math.Ceil(2*allow/ratioSlots))
-	if float64(sum1(&b.retries, e))+1 > perSlot {
-		return 0, false
+	if float64(b.retries.current(e))+1 > perSlot {
+		return Tokens{}, false
 	}
-	add(&b.retries, e)
-	return 1, true
+	b.retries.add(e)
+	return Tokens{Cost: 1, Payer: b, Mark: e}, true
 }
 
-// sum1 returns the count of the current slot.
-func sum1(counts *[ratioSlots]atomic.Uint64, epoch uint64) uint64 {
-	v := counts[epoch%ratioSlots].Load()
-	if v>>countBits != epoch&(1<<(64-countBits)-1) {
-		return 0
-	}
-	return v & countMask
-}
-
-// Refund gives back a retry that was never sent; one that was sent stays
-// counted, successful or not, since it was load on the dependency.
-func (b *RatioBudget) Refund(cost int64, sent bool) {
-	if sent || cost <= 0 {
+// Refund gives back a retry that was never sent, to the time slot that
+// counted it; one that was sent stays counted, successful or not, since it
+// was load on the dependency. A retry whose slot has left the window has
+// nothing to give back.
+func (b *RatioBudget) Refund(t Tokens, sent bool) {
+	if sent || t.Cost <= 0 {
 		return
 	}
-	e := b.epoch()
-	c := &b.retries[e%ratioSlots]
-	for {
-		old := c.Load()
-		if old>>countBits != e&(1<<(64-countBits)-1) || old&countMask == 0 {
-			return // counted in an older slot: it will expire with it
-		}
-		if c.CompareAndSwap(old, old-1) {
-			return
-		}
-	}
+	b.retries.remove(t.Mark)
 }
 
 // Available reports how many more retries the window allows now.

@@ -78,3 +78,12 @@ func (r *Report) waited(d time.Duration) {
 		r.Waited += d
 	}
 }
+
+// merge appends what a hedged copy's own Report recorded, for the copy that
+// won.
+func (r *Report) merge(from *Report) {
+	if r != nil && from != nil {
+		r.Attempts = append(r.Attempts, from.Attempts...)
+		r.Waited += from.Waited
+	}
+}

@@ -95,3 +95,12 @@ func parseDelay(vs []string, unit time.Duration) (time.Duration, bool) {
 	}
 	return time.Duration(n) * unit, true
 }
+
+// serverDelay is the delay the response asks for, unless the Policy ignores
+// server-requested delays.
+func serverDelay(p *Policy, resp *http.Response, now time.Time) (time.Duration, bool) {
+	if resp == nil || p.MaxServerDelay < 0 {
+		return 0, false
+	}
+	return ParseRetryAfter(resp.Header, now)
+}

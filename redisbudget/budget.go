@@ -187,11 +187,14 @@ func (b *Budget) Deposit(success bool) {
 
 // Withdraw pays for a retry from the local lease, refilling it from Redis
 // when it cannot pay (one round trip, bounded by Timeout). When Redis
-// cannot be reached, the local fallback pays, and the budget says so.
-func (b *Budget) Withdraw(c retryhttp.Class) (int64, bool) {
+// cannot be reached, the local fallback pays, and the budget says so. The
+// Tokens name who paid: a refund goes back to the lease (the fleet's
+// tokens) or to the fallback, whichever paid, whatever the budget uses by
+// the time of the refund.
+func (b *Budget) Withdraw(c retryhttp.Class) (retryhttp.Tokens, bool) {
 	cost := c.Cost()
 	if b.takeLease(cost) {
-		return cost, true
+		return b.paid(cost)
 	}
 	if b.inFallback() {
 		return b.fallback.Withdraw(c)
@@ -199,7 +202,7 @@ func (b *Budget) Withdraw(c retryhttp.Class) (int64, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.takeLease(cost) { // another retry refilled it meanwhile
-		return cost, true
+		return b.paid(cost)
 	}
 	granted, err := b.refill(cost)
 	if err != nil {
@@ -208,10 +211,15 @@ func (b *Budget) Withdraw(c retryhttp.Class) (int64, bool) {
 	}
 	b.recovered()
 	if granted == 0 {
-		return 0, false
+		return retryhttp.Tokens{}, false
 	}
 	b.lease.Add(granted - cost)
-	return cost, true
+	return b.paid(cost)
+}
+
+// paid is a payment from the lease.
+func (b *Budget) paid(cost int64) (retryhttp.Tokens, bool) {
+	return retryhttp.Tokens{Cost: cost, Payer: (*lease)(b)}, true
 }
 
 // takeLease takes cost tokens from the local lease if it holds them.
@@ -227,15 +235,11 @@ func (b *Budget) takeLease(cost int64) bool {
 	}
 }
 
-// Refund puts a retry's cost back in the local lease (it was taken from the
-// fleet's bucket, and stays the fleet's), or in the fallback if that paid.
-func (b *Budget) Refund(cost int64, sent bool) {
-	if b.down.Load() {
-		b.fallback.Refund(cost, sent)
-		return
-	}
-	b.lease.Add(cost)
-}
+// lease is the Payer of what the lease paid: a refund goes back into it (the
+// tokens were taken from the fleet's bucket, and stay the fleet's).
+type lease Budget
+
+func (l *lease) Refund(t retryhttp.Tokens, sent bool) { l.lease.Add(t.Cost) }
 
 // Available reports the tokens this process holds in its lease, or the
 // fallback's while Redis cannot be reached. The fleet's bucket is in Redis:

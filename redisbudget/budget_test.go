@@ -30,8 +30,13 @@ func TestSharedBucket(t *testing.T) {
 		{"second retry spends the lease, no Redis call", b1, retryhttp.Transient, true, 0, 472},
 		{"another process leases from the same bucket", b2, retryhttp.Throttling, true, 23, 444},
 	}
+	var paid retryhttp.Tokens
 	for _, st := range steps {
-		cost, ok := st.b.Withdraw(st.class)
+		tk, ok := st.b.Withdraw(st.class)
+		cost := tk.Cost
+		if st.b == b1 && ok {
+			paid = tk
+		}
 		if ok != st.ok || st.b.Available() != st.lease || s.tokens("fleet") != st.redisAfter {
 			t.Errorf("%s: got ok %v (cost %d), lease %d, Redis %d; want %v, %d, %d",
 				st.name, ok, cost, st.b.Available(), s.tokens("fleet"), st.ok, st.lease, st.redisAfter)
@@ -39,7 +44,7 @@ func TestSharedBucket(t *testing.T) {
 	}
 	// A successful retry's refund stays in the lease; deposits travel with
 	// the next refill.
-	b1.Refund(retryhttp.RetryCost, true)
+	paid.Payer.Refund(paid, true)
 	for range 10 {
 		b1.Deposit(true)
 	}
@@ -71,7 +76,7 @@ func TestAtomicUnderConcurrency(t *testing.T) {
 					if !ok {
 						return
 					}
-					spent.Add(cost)
+					spent.Add(cost.Cost)
 				}
 			})
 		}

@@ -1,0 +1,445 @@
+package retryhttp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+// A call is one RoundTrip's state, and the only owner of what the request
+// holds across its attempts. RoundTrip's loop runs its steps in order:
+// acquire a send permit, send, decide, observe, then finish or wait.
+//
+// Whatever the call holds sits in one of its fields until a step hands it
+// on: a request body to the base, a response with its attempt and Timeout
+// to the caller, a retry's Tokens back to their payer, a permit to the
+// attempt that uses it. cleanup, deferred once before anything is taken,
+// releases what is left on every way out, a panicking hook's included, so
+// that no step needs a cleanup of its own.
+type call struct {
+	t      *Transport
+	req    *http.Request      // the caller's, never modified
+	ctx    context.Context    // req's context, under Policy.Timeout
+	cancel context.CancelFunc // Policy.Timeout's; nil without one
+	report *Report
+	max    int // attempts allowed
+
+	safe      bool // may be sent twice: idempotent, or keyed
+	hedged    bool // its attempts are hedged
+	observing bool // a hook, a Logger or a Report reads the attempts
+
+	out       *http.Request // what the next attempt sends
+	n         int           // attempts made, hedged copies included
+	prevDelay time.Duration // the last wait, for DecorrelatedJitter
+
+	o outcome // the last attempt's
+	v verdict // the decision after it
+
+	// Held until handed on; cleanup releases what is left. Once the
+	// response has gone to the caller (done), nothing is.
+	done   bool
+	unsent bool   // out's body, not yet handed to the base
+	paid   Tokens // the planned or running retry's
+	permit permit // the next attempt's
+	race   *race  // a hedged attempt's copies
+}
+
+// An outcome is what one attempt came back with.
+type outcome struct {
+	sent       *http.Request // as sent (the first copy's, when hedged)
+	number     int           // the attempt's (its first copy's, when hedged)
+	resp       *http.Response
+	err        error
+	class      Class
+	release    func()      // ends the attempt's own context
+	timer      *time.Timer // Policy.AttemptTimeout's, while it runs
+	hedges     hedgeStats
+	permitWait time.Duration
+	start      time.Time // when observing
+}
+
+// A verdict is the decision made after an attempt.
+type verdict struct {
+	decision Decision
+	delay    time.Duration
+	src      DelaySource
+}
+
+// start sets the call up for its request, or returns the error that ends it
+// before any attempt (a context already done).
+func (c *call) start(t *Transport, req *http.Request) error {
+	c.t, c.req, c.out, c.unsent = t, req, req, true
+	c.ctx = req.Context()
+	c.report = reportFrom(c.ctx)
+	if err := c.ctx.Err(); err != nil {
+		c.report.finish(StopCanceled)
+		return &Error{Decision: StopCanceled, Err: err}
+	}
+	p := &t.Policy
+	c.max = p.maxAttempts()
+	c.observing = t.OnAttempt != nil || t.Logger != nil || c.report != nil
+	if p.Timeout > 0 {
+		c.ctx, c.cancel = context.WithTimeout(c.ctx, p.Timeout)
+		c.out = req.WithContext(c.ctx)
+	}
+	c.safe = idempotentMethod(req.Method)
+	if !c.safe && c.max > 1 { // a key only matters to a retry
+		name := p.idempotencyHeader()
+		if _, ok := headerKey(req.Header, name); ok {
+			c.safe = true
+		} else if !p.NoIdempotencyKeys {
+			c.out = t.withNewKey(req, c.out, name)
+			c.safe = true
+		}
+	}
+	c.hedged = p.HedgeDelay > 0 && c.max > 1 && p.hedgeable(req, c.safe)
+	return nil
+}
+
+// replayable reports whether the request's body, if any, can be had again.
+func (c *call) replayable() bool {
+	return c.req.Body == nil || c.req.Body == http.NoBody || c.req.GetBody != nil
+}
+
+// acquire takes the next attempt's send permit from the Limiter, if there is
+// one.
+func (c *call) acquire() error {
+	if l := c.t.Limiter; l != nil {
+		return l.acquire(c.ctx, &c.permit)
+	}
+	return nil
+}
+
+// send makes one attempt, hedged or under AttemptTimeout as the Policy says,
+// and classifies it.
+func (c *call) send() {
+	o, p := &c.o, &c.t.Policy // o's response and release were handed on or discarded
+	o.number, o.sent = c.n+1, c.out
+	if c.observing {
+		o.start = time.Now()
+	}
+	if p.SendAttemptHeader {
+		o.sent = withAttemptHeader(c.out, o.number)
+	}
+	c.unsent = false // the base closes the body from here on
+	switch {
+	case c.hedged:
+		c.sendHedged()
+	case p.AttemptTimeout > 0:
+		c.sendTimed()
+	case c.permit.l != nil:
+		used := c.take()
+		o.resp, o.err = roundTripOnce(c.t.base(), o.sent)
+		o.class = p.classify(o.resp, o.err)
+		if o.class == Throttling {
+			used.throttled(time.Now())
+		}
+	default:
+		o.resp, o.err = roundTripOnce(c.t.base(), o.sent)
+		o.class = p.classify(o.resp, o.err)
+	}
+	c.n = o.number + o.hedges.sent // hedges are attempts too
+	if o.number == 1 {
+		c.t.inUse.Deposit(o.class == Success) // before a retry is weighed
+	}
+}
+
+// take hands the next attempt's permit to the attempt that is sent under
+// it.
+func (c *call) take() permit {
+	p := c.permit
+	c.permit = permit{}
+	c.o.permitWait = p.waited
+	return p
+}
+
+// sendTimed makes one attempt under Policy.AttemptTimeout: the attempt has a
+// context of its own and a timer that ends it. The timer runs on through the
+// classification (a Classify that peeks into a body that never comes is cut
+// off with the attempt); if it fired first, and the request's context is
+// still alive, the attempt failed with ErrAttemptTimeout, whatever arrived.
+// Once the timer is stopped, the body that is returned can be read for as
+// long as the caller's context allows.
+func (c *call) sendTimed() {
+	o, p := &c.o, &c.t.Policy
+	used := c.take()
+	actx, release := context.WithCancel(o.sent.Context())
+	o.release = release
+	o.timer = time.AfterFunc(p.AttemptTimeout, release)
+	o.resp, o.err = roundTripOnce(c.t.base(), o.sent.WithContext(actx))
+	o.class = p.classify(o.resp, o.err)
+	fired := !o.timer.Stop()
+	o.timer = nil
+	switch {
+	case fired && o.sent.Context().Err() == nil:
+		discard(o.resp, release)
+		o.resp, o.release = nil, nil
+		o.err = fmt.Errorf("%w after %v", ErrAttemptTimeout, p.AttemptTimeout)
+		o.class = p.classify(nil, o.err)
+	case o.err != nil:
+		release()
+		o.release = nil
+	}
+	if o.class == Throttling {
+		used.throttled(time.Now())
+	}
+}
+
+// decide settles the tokens of the retry just made (refunded if it
+// succeeded, spent if not), then chooses what follows the outcome: a
+// retryable one is weighed for a retry, anything else is done.
+func (c *call) decide() {
+	o := &c.o
+	if c.paid.Payer != nil {
+		if o.class == Success {
+			c.paid.refund(true) // the retry that succeeded pays nothing
+		} else {
+			c.paid.spend()
+		}
+	}
+	switch {
+	case o.err != nil && c.ctx.Err() != nil:
+		// The caller's context ended (or Policy.Timeout passed) during
+		// the attempt: whatever the error says, that is why it failed.
+		c.v = verdict{decision: StopCanceled}
+	case o.class.retryable():
+		c.v = c.weigh()
+	default:
+		c.v = verdict{decision: Done}
+	}
+}
+
+// weigh decides whether a retryable outcome is retried and after what wait.
+// A retry is paid for (c.paid) and its request made ready (c.out) before it
+// is decided.
+func (c *call) weigh() verdict {
+	o, p := &c.o, &c.t.Policy
+	switch {
+	case c.ctx.Err() != nil:
+		return verdict{decision: StopCanceled}
+	case o.resp != nil && noRetrySignal(o.resp.Header):
+		return verdict{decision: StopDownstream}
+	case c.n >= c.max:
+		return verdict{decision: StopAttempts}
+	case !c.replayable():
+		return verdict{decision: StopNotReplayable}
+	case !c.safe && !(o.err != nil && neverSent(o.err)):
+		return verdict{decision: StopNotIdempotent}
+	}
+
+	var now time.Time // read the clock only for a date or a deadline
+	deadline, hasDeadline := c.ctx.Deadline()
+	if hasDeadline || (o.resp != nil && len(o.resp.Header[headerRetryAfter]) > 0) {
+		now = time.Now()
+	}
+	v := verdict{decision: Retry}
+	rnd := p.rand()
+	if sd, ok := serverDelay(p, o.resp, now); ok {
+		v.src = FromServer
+		// Up to 10% more than asked, so clients told the same number do not
+		// all come back in the same instant; never less than asked. The
+		// spread is at least BaseDelay, so that "Retry-After: 0" sent to a
+		// crowd does not bring it back in one instant either.
+		v.delay = sd + uniform(rnd, max(sd/10, p.baseDelay(Transient)))
+		if sd > p.maxServerDelay() || v.delay < sd { // v.delay < sd: overflow
+			return verdict{decision: StopServerDelay, delay: sd, src: v.src}
+		}
+	} else {
+		v.delay = p.Jitter.Delay(c.n-1, p.baseDelay(o.class), p.maxDelay(), c.prevDelay, rnd)
+	}
+	if hasDeadline && !now.Add(v.delay).Before(deadline) {
+		v.decision = StopDeadline
+		return v
+	}
+	var ok bool
+	if c.paid, ok = c.t.inUse.Withdraw(o.class); !ok {
+		v.decision = StopBudget
+		return v
+	}
+	if lim := c.t.Limiter; lim != nil && !lim.admits(c.ctx, v.delay) {
+		c.paid.refund(false)
+		v.decision = StopRateLimited
+		return v
+	}
+	next := nextRequest(c.req, c.out)
+	if next == nil {
+		c.paid.refund(false)
+		return verdict{decision: StopNotReplayable}
+	}
+	if next != c.out {
+		c.out, c.unsent = next, true // a fresh body, not sent yet
+	}
+	return v
+}
+
+// observe passes the attempt to the hook, the Logger and the Report.
+func (c *call) observe() {
+	if c.observing {
+		c.record()
+	}
+}
+
+func (c *call) record() {
+	o := &c.o
+	c.t.observe(c.ctx, c.report, Attempt{
+		Request: o.sent, Number: o.number, Err: o.err, Class: o.class,
+		Decision: c.v.decision, Delay: c.v.delay, DelaySource: c.v.src,
+		Tokens: c.t.inUse.Available(), Duration: time.Since(o.start),
+		Hedges: o.hedges.sent, HedgeWon: o.hedges.won, HedgesRefused: o.hedges.refused,
+		PermitWait: o.permitWait, RateLimit: c.t.Limiter.rate(),
+	}, o.resp)
+}
+
+// finish ends the call after its last attempt: the response goes to the
+// caller with its attempt and Timeout tied to its body, or the error is
+// returned as an *Error.
+func (c *call) finish() (*http.Response, error) {
+	d := c.v.decision
+	c.report.finish(d)
+	if d != Done {
+		markLayer(c.ctx, d, c.max)
+	}
+	resp := c.o.resp
+	if resp == nil {
+		return nil, &Error{Attempts: c.n, Decision: d, Err: c.o.err}
+	}
+	release, cancel := c.o.release, c.cancel
+	c.done = true // with the response goes everything the call held
+	if release != nil || cancel != nil {
+		if resp.StatusCode == http.StatusSwitchingProtocols {
+			// The upgraded connection is the caller's, outside the
+			// attempt's and the Timeout's reach (net/http stops watching
+			// the context once it hands the connection over).
+			releaseAll(release, cancel)
+		} else {
+			resp.Body = onClose(resp.Body, release, cancel)
+		}
+	}
+	return resp, nil
+}
+
+// wait discards the response that is retried and waits for the retry's turn.
+// The drain counts as part of the wait.
+func (c *call) wait() error {
+	o := &c.o
+	delay := c.v.delay
+	var began time.Time
+	if delay > 0 {
+		began = time.Now()
+	}
+	discard(o.resp, o.release)
+	o.resp, o.release = nil, nil
+	d := delay
+	if delay > 0 {
+		d -= time.Since(began)
+	}
+	if err := sleep(c.ctx, d); err != nil {
+		return err
+	}
+	c.report.waited(delay)
+	c.prevDelay = delay
+	return nil
+}
+
+// stopBefore ends a call whose next attempt will not be made, and returns its
+// error: the context ended during a wait, or the Limiter had no send permit
+// (why). A retry's tokens go back with cleanup.
+func (c *call) stopBefore(why error) error {
+	d := StopCanceled
+	if errors.Is(why, ErrRateLimited) {
+		d = StopRateLimited
+		markLayer(c.ctx, d, c.max)
+		if l := c.t.Logger; l != nil && l.Enabled(c.ctx, slog.LevelWarn) {
+			// No attempt was made, so no hook ran: one line says why.
+			l.LogAttrs(c.ctx, slog.LevelWarn, "retryhttp: no send permit", slog.String("method", method(c.req)),
+				slog.String("url", redactURL(c.req.URL)), slog.Int("attempt", c.n+1), slog.Float64("rate_limit", c.t.Limiter.rate()))
+		}
+	}
+	c.report.finish(d)
+	cause := why
+	if c.o.err != nil {
+		cause = fmt.Errorf("%w; last attempt: %w", why, c.o.err)
+	}
+	return &Error{Attempts: c.n, Decision: d, Err: cause}
+}
+
+// cleanup releases whatever the call still holds. It runs on every way out
+// of RoundTrip; after a normal return it finds little or nothing, after a
+// panicking hook it closes the bodies, ends the attempt, the hedged copies
+// and the Timeout, and gives back the tokens and the permit of a retry that
+// will not be made. The panic then goes on to the caller.
+func (c *call) cleanup() {
+	if c.done {
+		return
+	}
+	if c.race != nil {
+		c.race.abandon()
+	}
+	if o := &c.o; o.timer != nil || o.resp != nil || o.release != nil {
+		if o.timer != nil {
+			o.timer.Stop()
+		}
+		if o.resp != nil {
+			closeBody(o.resp.Body)
+		}
+		if o.release != nil {
+			o.release()
+		}
+	}
+	if c.unsent {
+		closeBody(c.out.Body)
+	}
+	if c.paid.Payer != nil {
+		c.paid.refund(false)
+	}
+	if c.permit.l != nil {
+		c.permit.cancel()
+	}
+	if c.cancel != nil {
+		c.cancel()
+	}
+}
+
+// errNoResponse stands in for the error of a base that returned neither a
+// response nor an error, so that RoundTrip never does the same.
+var errNoResponse = errors.New("retryhttp: base RoundTripper returned neither a response nor an error")
+
+// roundTripOnce makes one attempt through base and repairs the two ways a
+// base can break the RoundTripper contract: a response together with an
+// error (the response is closed and the error stands), and neither. It
+// returns a response with a nil error, or an error with no response.
+func roundTripOnce(base http.RoundTripper, req *http.Request) (*http.Response, error) {
+	resp, err := base.RoundTrip(req)
+	if (resp == nil) == (err == nil) {
+		return repair(resp, err)
+	}
+	return resp, err
+}
+
+// repair is roundTripOnce's answer to a base that returned both or neither.
+func repair(resp *http.Response, err error) (*http.Response, error) {
+	if err == nil {
+		return nil, errNoResponse
+	}
+	closeBody(resp.Body)
+	return nil, err
+}
+
+// sleep waits for d or until ctx ends, and returns ctx's error in that case.
+// A zero wait starts no timer.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
+}
