@@ -53,7 +53,17 @@ type race struct {
 	answers chan copyAnswer // buffered for every copy: none ever blocks
 	mu      sync.Mutex
 	over    bool
-	cancels []context.CancelFunc // by copy, guarded by mu
+	copies  []hedgeCopy // appended by the call under mu
+	buf     [2]hedgeCopy
+}
+
+// A hedgeCopy is what one copy holds: its context's cancel, its send permit,
+// the tokens it was paid with, and its own Report.
+type hedgeCopy struct {
+	cancel context.CancelFunc
+	permit permit
+	tokens Tokens
+	report *Report
 }
 
 // A copyAnswer is what one copy came back with.
@@ -63,14 +73,20 @@ type copyAnswer struct {
 	err  error
 }
 
-// launch sends r as copy i (cancel ends its context) on a goroutine of its
-// own. An answer that comes once the race is over is discarded by the copy
-// itself; a 429 in it still reaches the limiter through p.
-func (r *race) launch(base http.RoundTripper, req *http.Request, cancel context.CancelFunc, p permit) {
+// launch sends req as the next copy on a goroutine of its own. An answer
+// that comes once the race is over is discarded by the copy itself; a 429
+// in it still reaches the limiter.
+func (r *race) launch(base http.RoundTripper, req *http.Request, hc hedgeCopy) {
+	ctx, cancel := context.WithCancel(req.Context())
+	if hc.report != nil {
+		ctx = WithReport(ctx, hc.report)
+	}
+	hc.cancel = cancel
 	r.mu.Lock()
-	i := len(r.cancels)
-	r.cancels = append(r.cancels, cancel)
+	i := len(r.copies)
+	r.copies = append(r.copies, hc)
 	r.mu.Unlock()
+	req = req.WithContext(ctx)
 	go func() {
 		resp, err := roundTripOnce(base, req)
 		r.mu.Lock()
@@ -80,41 +96,35 @@ func (r *race) launch(base http.RoundTripper, req *http.Request, cancel context.
 			return
 		}
 		r.mu.Unlock()
-		lateAnswer(resp, cancel, p)
+		lateAnswer(resp, hc)
 	}()
 }
 
 // lateAnswer disposes of an answer that nobody listens for any more. Its
 // class is read from the status alone (no hook runs off the caller's
 // goroutine): a 429 is a throttle for the limiter all the same.
-func lateAnswer(resp *http.Response, cancel context.CancelFunc, p permit) {
+func lateAnswer(resp *http.Response, hc hedgeCopy) {
 	if resp != nil && resp.StatusCode == http.StatusTooManyRequests {
-		p.throttled(time.Now())
+		hc.permit.throttled(time.Now())
 	}
-	discard(resp, cancel)
+	discard(resp, hc.cancel)
 }
 
 // end closes the race: every copy but the winner (-1 for none) is canceled,
-// and the answers already sent are discarded. permits holds each copy's
-// permit, for their 429s.
-func (r *race) end(winner int, permits []permit) {
+// and the answers already sent are discarded.
+func (r *race) end(winner int) {
 	r.mu.Lock()
 	r.over = true
-	cancels := r.cancels
 	r.mu.Unlock()
-	for i, cancel := range cancels {
+	for i := range r.copies {
 		if i != winner {
-			cancel()
+			r.copies[i].cancel()
 		}
 	}
 	for {
 		select {
 		case a := <-r.answers:
-			var p permit
-			if a.i < len(permits) {
-				p = permits[a.i]
-			}
-			lateAnswer(a.resp, cancels[a.i], p)
+			lateAnswer(a.resp, r.copies[a.i])
 		default:
 			return
 		}
@@ -122,7 +132,7 @@ func (r *race) end(winner int, permits []permit) {
 }
 
 // abandon ends a race that a panicking hook left running.
-func (r *race) abandon() { r.end(-1, nil) }
+func (r *race) abandon() { r.end(-1) }
 
 // sendHedged makes one attempt as up to maxCopies copies: the first at once,
 // then a hedge each time HedgeDelay passes with no acceptable answer, while
@@ -143,25 +153,10 @@ func (c *call) sendHedged() {
 	o.hedges = hedgeStats{}
 	maxCopies := min(c.max-o.number+1, p.maxHedges()+1)
 	r := &race{answers: make(chan copyAnswer, maxCopies)}
+	r.copies = r.buf[:0]
 	c.race = r
-	var (
-		permits = make([]permit, 0, maxCopies)
-		tokens  = make([]Tokens, 0, maxCopies)
-		reports []*Report
-	)
 	base := c.t.base()
-	launch := func(req *http.Request, pm permit, tk Tokens) {
-		ctx, cancel := context.WithCancel(req.Context())
-		if c.report != nil {
-			rep := new(Report)
-			reports = append(reports, rep)
-			ctx = WithReport(ctx, rep)
-		}
-		permits = append(permits, pm)
-		tokens = append(tokens, tk)
-		r.launch(base, req.WithContext(ctx), cancel, pm)
-	}
-	launch(o.sent, c.take(), Tokens{})
+	r.launch(base, o.sent, hedgeCopy{permit: c.take(), report: c.copyReport()})
 	// The timer is re-armed only after a hedge is sent: once hedging
 	// stops (no copy or hedge left, or a hedge refused), it stays quiet.
 	timer := time.NewTimer(p.HedgeDelay)
@@ -173,10 +168,10 @@ func (c *call) sendHedged() {
 		case a := <-r.answers:
 			inflight--
 			o.resp, o.err = a.resp, a.err
-			o.release = r.cancels[a.i] // only the call appends
+			o.release = r.copies[a.i].cancel // only the call appends
 			o.class = p.classify(a.resp, a.err)
 			if o.class == Throttling {
-				permits[a.i].throttled(time.Now())
+				r.copies[a.i].permit.throttled(time.Now())
 			}
 			if !o.class.retryable() || inflight == 0 {
 				winner = a.i
@@ -185,64 +180,71 @@ func (c *call) sendHedged() {
 			discard(o.resp, o.release) // a retryable failure while another copy runs
 			o.resp, o.release = nil, nil
 		case <-timer.C:
-			if len(permits) >= maxCopies || o.hedges.sent >= p.maxHedges() {
+			if len(r.copies) >= maxCopies || o.hedges.sent >= p.maxHedges() {
 				continue
 			}
-			req, pm, tk, ok := c.hedge(o.number + len(permits))
+			req, hc, ok := c.hedge(o.number + len(r.copies))
 			if !ok {
 				o.hedges.refused++
 				continue
 			}
-			launch(req, pm, tk)
+			r.launch(base, req, hc)
 			o.hedges.sent++
 			inflight++
 			timer.Reset(p.HedgeDelay)
 		}
 	}
-	r.end(winner, permits)
+	r.end(winner)
 	c.race = nil
-	for i := range tokens {
+	for i := range r.copies {
 		if i == winner && i > 0 && !o.class.retryable() && c.ctx.Err() == nil {
 			o.hedges.won = true
-			tokens[i].refund(true) // the hedge paid for itself
+			r.copies[i].tokens.refund(true) // the hedge paid for itself
 		} else {
-			tokens[i].spend()
+			r.copies[i].tokens.spend()
 		}
 	}
-	if reports != nil {
-		c.report.merge(reports[winner])
-	}
+	c.report.merge(r.copies[winner].report)
 	if o.resp == nil && o.release != nil {
 		o.release()
 		o.release = nil
 	}
 }
 
+// copyReport is the Report a copy records into, when the caller has one.
+func (c *call) copyReport() *Report {
+	if c.report == nil {
+		return nil
+	}
+	return new(Report)
+}
+
 // hedge prepares the hedged copy that would be attempt number n: a permit
 // due now from the Limiter, its tokens from the budget, its request (a fresh
 // body, its own attempt number). It reports false, holding nothing, when any
 // of them cannot be had.
-func (c *call) hedge(n int) (*http.Request, permit, Tokens, bool) {
-	var pm permit
+func (c *call) hedge(n int) (*http.Request, hedgeCopy, bool) {
+	var hc hedgeCopy
 	if lim := c.t.Limiter; lim != nil {
 		var ok bool
-		if pm, ok = lim.tryAcquire(time.Now()); !ok {
-			return nil, permit{}, Tokens{}, false // a throttled client sends no extra copies
+		if hc.permit, ok = lim.tryAcquire(time.Now()); !ok {
+			return nil, hedgeCopy{}, false // a throttled client sends no extra copies
 		}
 	}
-	tk, ok := c.t.inUse.Withdraw(Hedge)
-	if !ok {
-		pm.cancel()
-		return nil, permit{}, Tokens{}, false
+	var ok bool
+	if hc.tokens, ok = c.t.inUse.Withdraw(Hedge); !ok {
+		hc.permit.cancel()
+		return nil, hedgeCopy{}, false
 	}
 	req := nextRequest(c.req, c.out)
 	if req == nil {
-		tk.refund(false)
-		pm.cancel()
-		return nil, permit{}, Tokens{}, false
+		hc.tokens.refund(false)
+		hc.permit.cancel()
+		return nil, hedgeCopy{}, false
 	}
 	if c.t.Policy.SendAttemptHeader {
 		req = withAttemptHeader(req, n)
 	}
-	return req, pm, tk, true
+	hc.report = c.copyReport()
+	return req, hc, true
 }

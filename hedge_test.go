@@ -1,6 +1,13 @@
 package retryhttp
 
 import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -99,4 +106,154 @@ func TestHedgeThenRetry(t *testing.T) {
 			t.Errorf("got attempts %v; want a hedged first attempt (copies 1 and 2), then attempt 3", rep.Attempts)
 		}
 	})
+}
+
+func TestHedgeWinnerDoesNotWaitForALoser(t *testing.T) {
+	// The first copy's base ignores its canceled context and answers an hour
+	// later; the hedge answers at once. The winner comes back at once, and
+	// the loser's answer is closed when it comes.
+	synctest.Test(t, func(t *testing.T) {
+		var calls, closed atomic.Int32
+		base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			if calls.Add(1) == 1 {
+				time.Sleep(time.Hour)
+				return &http.Response{StatusCode: 200, Body: closeTracker{strings.NewReader("late"), &closed}}, nil
+			}
+			return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("fast"))}, nil
+		})
+		tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 10 * time.Millisecond}}
+		start := time.Now()
+		_, body, err := roundTrip(t, tr, newReq(t, "GET", ""))
+		if took := time.Since(start); err != nil || body != "fast" || took != 10*time.Millisecond {
+			t.Fatalf("got (%q, %v) after %v; want \"fast\" after 10ms", body, err, took)
+		}
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		if got := closed.Load(); got != 1 {
+			t.Errorf("got the loser's body closed %d times; want 1", got)
+		}
+	})
+}
+
+func TestHedgeCarriesItsOwnAttemptNumber(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := rht.NewTransport(rht.Status(200).WithDelay(50*time.Millisecond), rht.Status(200))
+		tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 10 * time.Millisecond, SendAttemptHeader: true}}
+		if _, _, err := roundTrip(t, tr, newReq(t, "GET", "")); err != nil {
+			t.Fatal(err)
+		}
+		for i, a := range base.Attempts() {
+			if got, want := a.Header.Get(AttemptHeader), strconv.Itoa(i+1); got != want {
+				t.Errorf("copy %d: got %s %q; want %q", i+1, AttemptHeader, got, want)
+			}
+		}
+	})
+}
+
+func TestThrottledLoserReachesTheLimiter(t *testing.T) {
+	// The first copy is answered 429 while its hedge is still running; the
+	// hedge wins. The 429 is a throttle all the same: the limiter cuts.
+	synctest.Test(t, func(t *testing.T) {
+		base := rht.NewTransport(rht.Status(429).WithDelay(20*time.Millisecond), rht.Status(200).WithDelay(20*time.Millisecond))
+		lim := &RateLimiter{}
+		tr := &Transport{Base: base, Limiter: lim, Policy: Policy{HedgeDelay: 10 * time.Millisecond}}
+		code, _, err := roundTrip(t, tr, newReq(t, "GET", ""))
+		if err != nil || code != 200 {
+			t.Fatalf("got (%d, %v); want the hedge's 200", code, err)
+		}
+		if got := lim.Stats().Cuts; got != 1 {
+			t.Errorf("got %d cuts; want 1 (the losing copy's 429)", got)
+		}
+	})
+}
+
+func TestHedgeCanceledByTheCallerWinsNothing(t *testing.T) {
+	// The caller cancels while both copies run; the hedge's base gives up
+	// at once, the first copy's much later. The hedge's error comes first,
+	// but a copy canceled by the caller won nothing: its tokens stay spent.
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int32
+		base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			if calls.Add(1) == 1 {
+				time.Sleep(time.Hour)
+				return nil, context.Canceled
+			}
+			<-r.Context().Done()
+			return nil, r.Context().Err()
+		})
+		budget := NewBudget(500)
+		var hooks []Attempt
+		tr := &Transport{Base: base, Budget: budget, Policy: Policy{HedgeDelay: 10 * time.Millisecond},
+			OnAttempt: func(a Attempt) { hooks = append(hooks, a) }}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		time.AfterFunc(20*time.Millisecond, cancel)
+		_, err := tr.RoundTrip(newReq(t, "GET", "").WithContext(ctx))
+		var re *Error
+		if !errors.As(err, &re) || re.Decision != StopCanceled {
+			t.Fatalf("got %v; want StopCanceled", err)
+		}
+		if a := hooks[len(hooks)-1]; a.Hedges != 1 || a.HedgeWon {
+			t.Errorf("got %d hedges, won %v; want 1 hedge, not won", a.Hedges, a.HedgeWon)
+		}
+		if got := budget.Available(); got != 500-HedgeCost {
+			t.Errorf("got %d tokens; want %d (the hedge was sent: its tokens stay spent)", got, 500-HedgeCost)
+		}
+		time.Sleep(time.Hour) // the first copy's base gives up too
+	})
+}
+
+func TestReportUnderNestedHedging(t *testing.T) {
+	// An outer Transport hedges over an inner one; both write to the
+	// request's Report. The inner Transport runs on the copies' goroutines,
+	// each with a Report of its own: only the winner's attempts are kept.
+	inner := &Transport{Base: rht.NewTransport(rht.Status(200).WithDelay(30*time.Millisecond), rht.Status(200))}
+	outer := &Transport{Base: inner, Policy: Policy{HedgeDelay: 5 * time.Millisecond}}
+	for range 20 {
+		var rep Report
+		req := newReq(t, "GET", "")
+		req = req.WithContext(WithReport(req.Context(), &rep))
+		if _, _, err := roundTrip(t, outer, req); err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Attempts) != 2 || rep.Decision != Done {
+			t.Fatalf("got %d attempts, %v; want 2 (the winning copy's inner attempt, then the outer one), done", len(rep.Attempts), rep.Decision)
+		}
+	}
+}
+
+func TestHedgesTakePermits(t *testing.T) {
+	// While limiting, a hedge is sent only under a permit due when it is:
+	// it never waits for one, nor pushes the other attempts back. After one
+	// 429 at 1 send in 100ms the rate is 7/s, a permit every 143ms: a hedge
+	// 10ms after its first copy finds none, one 500ms after finds one.
+	tests := []struct {
+		delay           time.Duration
+		hedges, refused int
+		body            string
+	}{
+		{10 * time.Millisecond, 0, 1, "slow"},
+		{500 * time.Millisecond, 1, 0, "fast"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.delay.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				lim := &RateLimiter{}
+				first := &Transport{Base: rht.NewTransport(rht.Status(429)), Limiter: lim, Policy: Policy{MaxAttempts: 1}}
+				roundTrip(t, first, newReq(t, "GET", "")) // limiting from now on
+				time.Sleep(time.Second)                   // a permit is due
+				base := rht.NewTransport(rht.Status(200).WithDelay(time.Second).WithBody("slow"), rht.Status(200).WithBody("fast"))
+				var hooks []Attempt
+				tr := &Transport{Base: base, Limiter: lim, Policy: Policy{HedgeDelay: tc.delay},
+					OnAttempt: func(a Attempt) { hooks = append(hooks, a) }}
+				_, body, err := roundTrip(t, tr, newReq(t, "GET", ""))
+				if err != nil || body != tc.body {
+					t.Fatalf("got (%q, %v); want %q", body, err, tc.body)
+				}
+				if a := hooks[len(hooks)-1]; a.Hedges != tc.hedges || a.HedgesRefused != tc.refused {
+					t.Errorf("got %d hedges, %d refused; want %d, %d", a.Hedges, a.HedgesRefused, tc.hedges, tc.refused)
+				}
+			})
+		})
+	}
 }

@@ -45,7 +45,11 @@ func noRetrySignal(h http.Header) bool {
 	}
 	if vs := h[grpcRetryPushback]; len(vs) > 0 {
 		// gRPC (A6, retry design): a non-negative integer is a delay in
-		// milliseconds; anything else means "do not retry".
+		// milliseconds; anything else means "do not retry", several
+		// values included, as grpc-go reads them.
+		if len(vs) > 1 {
+			return true
+		}
 		ms, err := strconv.ParseInt(strings.TrimSpace(vs[0]), 10, 64)
 		return err != nil || ms < 0
 	}
@@ -119,7 +123,9 @@ func RequestAttempt(r *http.Request) int {
 // 4xx other than 429 never carries it.
 //
 // The ResponseWriter that next sees keeps http.Flusher and http.Hijacker,
-// and unwraps (Unwrap) for http.ResponseController. A request costs two
+// passes on the underlying writer's flush errors (FlushError, as
+// http.ResponseController reads them: http.ErrNotSupported when it cannot
+// flush), and unwraps (Unwrap) for http.ResponseController's other methods. A request costs two
 // allocations (the request's copy with the new context, and the writer that
 // holds the state); nothing else happens unless a call fails.
 func Handler(next http.Handler) http.Handler {
@@ -220,13 +226,19 @@ func (w *layerWriter) ReadFrom(r io.Reader) (int64, error) {
 	return io.Copy(struct{ io.Writer }{w.rw}, r)
 }
 
-// Flush implements http.Flusher when the underlying writer can flush.
-func (w *layerWriter) Flush() {
+// FlushError flushes the underlying writer and returns its error:
+// http.ErrNotSupported when it cannot flush. http.ResponseController's
+// Flush calls it.
+func (w *layerWriter) FlushError() error {
 	if !w.wroteHeader {
 		w.wroteHeader = true
 	}
-	http.NewResponseController(w.rw).Flush()
+	return http.NewResponseController(w.rw).Flush()
 }
+
+// Flush implements http.Flusher; it does nothing when the underlying writer
+// cannot flush. Use http.ResponseController to see errors.
+func (w *layerWriter) Flush() { w.FlushError() }
 
 // Hijack implements http.Hijacker when the underlying writer can hijack.
 func (w *layerWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {

@@ -2,6 +2,7 @@ package retryhttp
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -97,6 +98,7 @@ func TestSignalStopsRetries(t *testing.T) {
 		{"gRPC pushback -1", rht.Status(503).WithHeader("grpc-retry-pushback-ms", "-1"), 1, StopDownstream},
 		{"gRPC pushback malformed", rht.Status(503).WithHeader("grpc-retry-pushback-ms", "soon"), 1, StopDownstream},
 		{"gRPC pushback 10 ms: retried", rht.Status(503).WithHeader("grpc-retry-pushback-ms", "10"), 3, StopAttempts},
+		{"gRPC pushback with two values", rht.Status(503).WithHeader("grpc-retry-pushback-ms", "10").WithHeader("grpc-retry-pushback-ms", "20"), 1, StopDownstream},
 		{"Finagle's retryable nack: retried", rht.Status(503).WithHeader("finagle-http-nack", "true"), 3, StopAttempts},
 		{"Envoy overloaded (it shed load itself): retried", rht.Status(503).WithHeader("x-envoy-overloaded", "true"), 3, StopAttempts},
 	}
@@ -161,6 +163,44 @@ func TestHandlerKeepsWriterInterfaces(t *testing.T) {
 			b, _ := io.ReadAll(bufio.NewReader(resp.Body))
 			if resp.StatusCode != 200 || len(b) == 0 {
 				t.Errorf("got %d %q; want 200 and a body", resp.StatusCode, b)
+			}
+		})
+	}
+}
+
+// plainWriter is a ResponseWriter that cannot flush.
+type plainWriter struct{ h http.Header }
+
+func (w *plainWriter) Header() http.Header         { return w.h }
+func (w *plainWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *plainWriter) WriteHeader(int)             {}
+
+// failingFlusher is a ResponseWriter whose flush fails, as a connection gone
+// away makes it.
+type failingFlusher struct{ plainWriter }
+
+var errFlush = errors.New("flush: broken pipe")
+
+func (w *failingFlusher) FlushError() error { return errFlush }
+
+func TestHandlerPassesFlushErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		w    http.ResponseWriter
+		want error
+	}{
+		{"flushes", httptest.NewRecorder(), nil},
+		{"cannot flush", &plainWriter{http.Header{}}, http.ErrNotSupported},
+		{"flush fails", &failingFlusher{plainWriter{http.Header{}}}, errFlush},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got error
+			Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				got = http.NewResponseController(w).Flush()
+			})).ServeHTTP(tc.w, httptest.NewRequest("GET", "/", nil))
+			if !errors.Is(got, tc.want) {
+				t.Errorf("got %v; want %v", got, tc.want)
 			}
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
@@ -400,22 +401,6 @@ func TestSharedLimiter(t *testing.T) {
 	})
 }
 
-func TestNoHedgesWhileLimiting(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		lim := &RateLimiter{}
-		roundTrip(t, &Transport{Base: rht.NewTransport(rht.Status(429)), Limiter: lim, Policy: Policy{MaxAttempts: 1}}, newReq(t, "GET", ""))
-		base := rht.NewTransport(rht.Status(200).WithDelay(200*time.Millisecond), rht.Status(200))
-		var hooks []Attempt
-		tr := &Transport{Base: base, Limiter: lim, Policy: Policy{HedgeDelay: 10 * time.Millisecond},
-			OnAttempt: func(a Attempt) { hooks = append(hooks, a) }}
-		roundTrip(t, tr, newReq(t, "GET", ""))
-		rht.AssertAttempts(t, base, 1)
-		if a := hooks[0]; a.Hedges != 0 || a.HedgesRefused != 1 {
-			t.Errorf("got %d hedges, %d refused; want 0 and 1", a.Hedges, a.HedgesRefused)
-		}
-	})
-}
-
 func TestLimiterCanceledWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		base, _ := throttledOnce(0)
@@ -500,4 +485,112 @@ func reserveAt(l *RateLimiter, now, deadline time.Time) (time.Time, uint64, bool
 	}
 	p, at, ok := l.reserve(now, now, deadline)
 	return at, p.epoch, ok
+}
+
+func TestRateLimiterFirstCutUsesTheRecentRate(t *testing.T) {
+	// One request, an hour idle, then 100 at 20/s and a 429: the cut is
+	// from the rate just measured (38 sends in the 1.85 s since the last
+	// mark, at the 64th of the 100), not from the hour's average.
+	synctest.Test(t, func(t *testing.T) {
+		lim := &RateLimiter{}
+		ok := &Transport{Base: rht.NewTransport(rht.Status(200)), Limiter: lim, Policy: Policy{MaxAttempts: 1}}
+		roundTrip(t, ok, newReq(t, "GET", ""))
+		time.Sleep(time.Hour)
+		for range 100 {
+			roundTrip(t, ok, newReq(t, "GET", ""))
+			time.Sleep(50 * time.Millisecond)
+		}
+		throttled := &Transport{Base: rht.NewTransport(rht.Status(429)), Limiter: lim, Policy: Policy{MaxAttempts: 1}}
+		roundTrip(t, throttled, newReq(t, "GET", ""))
+		if got, want := lim.Rate(), DefaultLimiterBeta*38/1.85; !near(got, want) {
+			t.Errorf("got %.3f permits/s after the cut; want %.3f (0.7 of the recent 20.5/s)", got, want)
+		}
+	})
+}
+
+func TestRateLimiterNonFiniteSettings(t *testing.T) {
+	// NaN and infinite settings mean the defaults: the same rate after the
+	// same throttle as the zero RateLimiter.
+	nan, inf := math.NaN(), math.Inf(1)
+	for _, l := range []*RateLimiter{
+		{Beta: nan}, {Beta: inf}, {Beta: -inf}, {MinRate: nan}, {MinRate: inf}, {MinRate: -inf}, {Beta: nan, MinRate: nan},
+	} {
+		t.Run(fmt.Sprintf("Beta %v MinRate %v", l.Beta, l.MinRate), func(t *testing.T) {
+			if l.beta() != DefaultLimiterBeta || l.minRate() != DefaultLimiterMinRate {
+				t.Errorf("got beta %v, min rate %v; want the defaults", l.beta(), l.minRate())
+			}
+			var zero RateLimiter
+			for _, lim := range []*RateLimiter{l, &zero} {
+				sendSteadily(t, lim, t0, 10, 100*time.Millisecond)
+				lim.throttled(0, t0.Add(time.Second))
+			}
+			l.mu.Lock()
+			got := l.rateAt(t0.Add(2 * time.Second))
+			l.mu.Unlock()
+			zero.mu.Lock()
+			want := zero.rateAt(t0.Add(2 * time.Second))
+			zero.mu.Unlock()
+			if math.IsNaN(got) || !near(got, want) {
+				t.Errorf("got rate %v; want %v, the zero RateLimiter's", got, want)
+			}
+		})
+	}
+}
+
+func TestMaxWaitBoundsTheWholeWait(t *testing.T) {
+	// B is due at 1 ms with a permit at about 2/7 s, within MaxWait
+	// (300 ms). A's 429 cuts the rate at 1/7 s + 50 ms, which voids B's
+	// permit; the next one would come at 393 ms, 392 ms after B was due: B
+	// fails at once when it finds out, rather than wait past MaxWait.
+	synctest.Test(t, func(t *testing.T) {
+		lim := &RateLimiter{MaxWait: 300 * time.Millisecond}
+		tr := &Transport{Base: rht.NewTransport(rht.Status(429)), Limiter: lim, Policy: Policy{MaxAttempts: 1}}
+		roundTrip(t, tr, newReq(t, "GET", "")) // rate 7/s
+		base := rht.NewTransport(rht.Status(429).WithDelay(50*time.Millisecond), rht.Status(200))
+		tr = &Transport{Base: base, Limiter: lim, Policy: Policy{MaxAttempts: 1}}
+		start := time.Now()
+		var wg sync.WaitGroup
+		wg.Go(func() { roundTrip(t, tr, newReq(t, "GET", "")) }) // A
+		synctest.Wait()
+		time.Sleep(time.Millisecond)
+		var err error
+		var took time.Duration
+		wg.Go(func() { // B
+			_, _, err = roundTrip(t, tr, newReq(t, "GET", ""))
+			took = time.Since(start)
+		})
+		wg.Wait()
+		var re *Error
+		if !errors.As(err, &re) || re.Decision != StopRateLimited || re.Attempts != 0 {
+			t.Fatalf("B: got %v; want StopRateLimited after 0 attempts", err)
+		}
+		cut := seventh + 50*time.Millisecond
+		if took <= cut || took > time.Millisecond+lim.MaxWait {
+			t.Errorf("B gave up after %v; want after the cut (%v), when its voided permit was due, within MaxWait of being due", took, cut)
+		}
+		rht.AssertAttempts(t, base, 1)
+	})
+}
+
+func TestCanceledWaiterGivesItsSlotBack(t *testing.T) {
+	// A waits for the permit at 1/7 s and is canceled at 10 ms: its slot goes
+	// back, and C, due at 20 ms, takes it, not the one after.
+	synctest.Test(t, func(t *testing.T) {
+		lim := &RateLimiter{}
+		tr := &Transport{Base: rht.NewTransport(rht.Status(429)), Limiter: lim, Policy: Policy{MaxAttempts: 1}}
+		roundTrip(t, tr, newReq(t, "GET", "")) // rate 7/s
+		start := time.Now()
+		base := rht.NewTransport(rht.Status(200))
+		tr = &Transport{Base: base, Limiter: lim, Policy: Policy{MaxAttempts: 1}}
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(10*time.Millisecond, cancel)
+		if _, err := tr.RoundTrip(newReq(t, "GET", "").WithContext(ctx)); !errors.Is(err, context.Canceled) {
+			t.Fatalf("A: got %v; want canceled", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+		roundTrip(t, tr, newReq(t, "GET", "")) // C
+		if got := base.Attempts()[0].Time.Sub(start); got != seventh {
+			t.Errorf("C sent after %v; want %v (A's slot)", got, seventh)
+		}
+	})
 }

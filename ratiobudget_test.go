@@ -1,6 +1,8 @@
 package retryhttp
 
 import (
+	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -199,4 +201,99 @@ func TestNilPointerBudget(t *testing.T) {
 			t.Errorf("got %d tokens; want %d (a private default bucket, refunded)", got, DefaultBudgetTokens)
 		}
 	})
+}
+
+// clock is a settable time for a RatioBudget's Now.
+type clock struct{ now time.Time }
+
+func (c *clock) Now() time.Time { return c.now }
+
+func TestRatioBudgetNonFiniteSettings(t *testing.T) {
+	// NaN and infinite settings mean the defaults: as many retries as the
+	// zero RatioBudget allows, never all of them.
+	nan, inf := math.NaN(), math.Inf(1)
+	for _, b := range []*RatioBudget{
+		{Ratio: nan}, {Ratio: inf}, {Ratio: -inf}, {MinPerSecond: nan}, {MinPerSecond: inf}, {MinPerSecond: -inf},
+	} {
+		t.Run(fmt.Sprintf("Ratio %v MinPerSecond %v", b.Ratio, b.MinPerSecond), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var zero RatioBudget
+				for range 100 {
+					b.Deposit(true)
+					zero.Deposit(true)
+				}
+				if b.Ratio == -inf || b.MinPerSecond == -inf {
+					return // negative: none, as documented
+				}
+				if got, want := b.Available(), zero.Available(); got != want {
+					t.Errorf("got %d available; want %d, the zero RatioBudget's", got, want)
+				}
+				if got, want := drain(b), drain(&zero); got != want {
+					t.Errorf("got %d retries allowed; want %d", got, want)
+				}
+			})
+		})
+	}
+}
+
+func TestRatioBudgetOldSlotsNeverComeBack(t *testing.T) {
+	// Retries made long ago, exactly 2^24 slots (the span of a 24-bit slot
+	// number) or 2^40 slots before now, do not count: only slots within
+	// the window do.
+	for _, ago := range []int64{1 << 24, 1 << 40} {
+		t.Run(fmt.Sprintf("%d slots ago", ago), func(t *testing.T) {
+			c := &clock{time.Unix(1_800_000_000, 0)}
+			b := &RatioBudget{MinPerSecond: -1, Window: 10 * time.Millisecond, Now: c.Now}
+			for range 1000 {
+				b.Deposit(true)
+			}
+			spent := drain(b)
+			c.now = c.now.Add(time.Duration(ago) * time.Millisecond) // a slot is 1 ms
+			if got := b.Available(); got != 0 {
+				t.Errorf("got %d available; want 0 (no request in the window)", got)
+			}
+			for range 1000 {
+				b.Deposit(true)
+			}
+			if got := drain(b); got != spent {
+				t.Errorf("got %d retries allowed; want %d, as many as the first time", got, spent)
+			}
+		})
+	}
+}
+
+func TestRatioBudgetDelayedCallerKeepsNewerSlot(t *testing.T) {
+	// A caller that read the clock a whole window ago and counts only now
+	// must not reset the slot a newer count has taken over.
+	c := &clock{time.Unix(1_800_000_000, 0)}
+	b := &RatioBudget{MinPerSecond: -1, Now: c.Now}
+	for range 100 {
+		b.Deposit(true)
+	}
+	c.now = c.now.Add(-DefaultRatioWindow) // the delayed caller's clock
+	b.Deposit(true)
+	c.now = c.now.Add(DefaultRatioWindow)
+	if got := b.Available(); got != 10 {
+		t.Errorf("got %d available; want 10 (101 requests in the window)", got)
+	}
+}
+
+func TestRatioBudgetRefundGoesToItsSlot(t *testing.T) {
+	// A retry counted in one slot and refunded in the next gives its count
+	// back to the slot that counted it.
+	c := &clock{time.Unix(1_800_000_000, 0)}
+	b := &RatioBudget{MinPerSecond: -1, Now: c.Now}
+	for range 1000 {
+		b.Deposit(true)
+	}
+	tk, ok := b.Withdraw(Transient)
+	if !ok {
+		t.Fatal("the retry was refused")
+	}
+	before := b.Available()
+	c.now = c.now.Add(time.Second) // the next slot
+	tk.Payer.Refund(tk, false)
+	if got := b.Available(); got != before+1 {
+		t.Errorf("got %d available after the refund; want %d", got, before+1)
+	}
 }
