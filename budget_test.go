@@ -2,9 +2,11 @@ package retryhttp
 
 import (
 	"math"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 )
 
 func TestBudgetTakeAndGive(t *testing.T) {
@@ -102,4 +104,54 @@ func TestBudgetConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestSustainedOutage: 10,000 requests against a dependency that answers
+// only 503, through one Transport with default settings. Once the 500 tokens
+// are spent, each request costs one attempt; after the dependency heals,
+// successes refill the bucket and full retries come back.
+func TestSustainedOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var healthy atomic.Bool
+		var attempts atomic.Int64
+		base := roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			attempts.Add(1)
+			code := 503
+			if healthy.Load() {
+				code = 200
+			}
+			return &http.Response{StatusCode: code, Header: http.Header{}, Body: http.NoBody, Request: req}, nil
+		})
+		tr := &Transport{Base: base}
+		run := func(n int) int64 {
+			before := attempts.Load()
+			for range n {
+				roundTrip(t, tr, newReq(t, "GET", ""))
+			}
+			return attempts.Load() - before
+		}
+
+		const requests = 10_000
+		outage := run(requests)
+		// 500 tokens pay for floor(500/14) = 35 retries; every request
+		// makes its first attempt.
+		if want := int64(requests + 35); outage != want {
+			t.Errorf("outage: got %d attempts; want %d", outage, want)
+		}
+		if ratio := float64(outage) / requests; ratio >= 1.05 {
+			t.Errorf("outage: got %.4f attempts per request; want under 1.05", ratio)
+		}
+		t.Logf("outage: %d requests, %d attempts (%.4f per request), %d tokens left", requests, outage, float64(outage)/requests, tr.BudgetInUse().Available())
+
+		healthy.Store(true)
+		healed := run(500) // 10 tokens + 490 rewards = the full 500
+		if got := tr.BudgetInUse().Available(); got != 500 || healed != 500 {
+			t.Errorf("healing: got %d attempts and %d tokens; want 500 and 500", healed, got)
+		}
+		healthy.Store(false)
+		if got := run(1); got != 3 {
+			t.Errorf("after healing: got %d attempts on a failure; want 3 (full retries back)", got)
+		}
+		t.Logf("after 500 successes: %d tokens, a new failure gets %d attempts again", 500, 3)
+	})
 }

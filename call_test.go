@@ -2,6 +2,7 @@ package retryhttp
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -155,4 +156,127 @@ func TestAllocations(t *testing.T) {
 			}
 		})
 	}
+}
+
+// bothBase returns a response and an error together, as a broken base
+// might, and counts the closes of the responses it hands out.
+type bothBase struct {
+	opened, closed atomic.Int32
+	err            error
+}
+
+func (b *bothBase) RoundTrip(r *http.Request) (*http.Response, error) {
+	b.opened.Add(1)
+	return &http.Response{StatusCode: 200, Header: http.Header{}, Request: r,
+		Body: closeTracker{strings.NewReader("x"), &b.closed}}, b.err
+}
+
+func TestBaseReturningResponseAndError(t *testing.T) {
+	for _, p := range []Policy{{}, {AttemptTimeout: time.Second}} {
+		t.Run("AttemptTimeout="+p.AttemptTimeout.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := &bothBase{err: errReset}
+				p.Rand = lowRand
+				resp, err := (&Transport{Base: base, Policy: p}).RoundTrip(newReq(t, "GET", ""))
+				if resp != nil || !errors.Is(err, errReset) {
+					t.Fatalf("got (%v, %v); want (nil, the base's error)", resp, err)
+				}
+				var re *Error
+				if !errors.As(err, &re) || re.Attempts != 3 || re.Decision != StopAttempts {
+					t.Errorf("got %v; want the error retried to StopAttempts after 3 attempts", err)
+				}
+				if o, c := base.opened.Load(), base.closed.Load(); o != 3 || c != 3 {
+					t.Errorf("got %d responses, %d closed; want 3 and 3", o, c)
+				}
+			})
+		})
+	}
+}
+
+// closeTracker is a request body that records its Close.
+type closeTracker struct {
+	io.Reader
+	closed *atomic.Int32
+}
+
+func (c closeTracker) Close() error { c.closed.Add(1); return nil }
+
+func TestPanickingHooksCleanUp(t *testing.T) {
+	// A hook's panic goes on to the caller, but nothing stays open or
+	// spent: the response body, the Timeout, the next attempt's body, the
+	// retry's tokens.
+	tests := []struct {
+		name string
+		tr   func() *Transport
+	}{
+		{"Classify", func() *Transport {
+			return &Transport{Policy: Policy{Classify: func(*http.Response, error) Class { panic("classify") }}}
+		}},
+		{"OnAttempt after a Retry decision", func() *Transport {
+			return &Transport{OnAttempt: func(a Attempt) {
+				if a.Decision == Retry {
+					panic("hook")
+				}
+			}}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := rht.NewTransport(rht.Status(503).WithBody("busy"), rht.Status(200))
+				var ctxs []context.Context
+				tr := tc.tr()
+				tr.Base = roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+					ctxs = append(ctxs, r.Context())
+					return base.RoundTrip(r)
+				})
+				tr.Policy.Timeout = time.Minute
+				var replays atomic.Int32
+				req := newReq(t, "PUT", "payload")
+				req.GetBody = func() (io.ReadCloser, error) {
+					return closeTracker{strings.NewReader("payload"), &replays}, nil
+				}
+				func() {
+					defer func() {
+						if recover() == nil {
+							t.Error("got no panic; want the hook's panic to reach the caller")
+						}
+					}()
+					tr.RoundTrip(req)
+				}()
+				if got := base.OpenBodies(); got != 0 {
+					t.Errorf("got %d open response bodies; want 0", got)
+				}
+				if err := ctxs[0].Err(); err == nil {
+					t.Error("the Timeout's context is still running; want it released")
+				}
+				if got := tr.BudgetInUse().Available(); got != DefaultBudgetTokens {
+					t.Errorf("got %d tokens; want %d (no retry was made)", got, DefaultBudgetTokens)
+				}
+				if got := replays.Load(); tc.name != "Classify" && got != 1 {
+					t.Errorf("got the replay body closed %d times; want 1", got)
+				}
+			})
+		})
+	}
+}
+
+func TestCanceledWaitReturnsItsTokens(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := &Transport{Base: rht.NewTransport(rht.Status(503)), Policy: Policy{Rand: highRand}}
+		for range 10 {
+			ctx, cancel := context.WithCancel(context.Background())
+			req := newReq(t, "GET", "").WithContext(ctx)
+			time.AfterFunc(10*time.Millisecond, cancel) // during the 50ms wait
+			_, err := tr.RoundTrip(req)
+			var re *Error
+			if !errors.As(err, &re) || re.Decision != StopCanceled || re.Attempts != 1 {
+				t.Fatalf("got %v; want StopCanceled after 1 attempt", err)
+			}
+			cancel()
+		}
+		if got := tr.BudgetInUse().Available(); got != DefaultBudgetTokens {
+			t.Errorf("got %d tokens after 10 canceled waits; want %d", got, DefaultBudgetTokens)
+		}
+	})
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	rht "github.com/herdproof/retryhttp/retryhttptest"
 	"io"
 	"net"
 	"net/http"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	rht "github.com/herdproof/retryhttp/retryhttptest"
 )
 
 var errDial = &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
@@ -336,4 +336,61 @@ func TestNewUUIDBitsAreRandom(t *testing.T) {
 			t.Errorf("bit %d: set in %d of %d keys; want about half", i, c, n)
 		}
 	}
+}
+
+func TestEmptyIdempotencyKeyIsNoKey(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(http.Header)
+	}{
+		{"canonical", func(h http.Header) { h.Set("Idempotency-Key", "") }},
+		{"written in lower case", func(h http.Header) { h["idempotency-key"] = []string{""} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := rht.NewTransport(rht.CommitThenDrop(), rht.Status(201))
+				req := newReq(t, "POST", `{"amount":100}`)
+				tc.set(req.Header)
+				before := req.Header.Clone()
+				code, _, err := roundTrip(t, &Transport{Base: base}, req)
+				if err != nil || code != 201 {
+					t.Fatalf("got (%d, %v); want 201", code, err)
+				}
+				rht.AssertAttempts(t, base, 2)
+				rht.AssertStableKey(t, base)
+				if _, err := uuid.Parse(base.Attempts()[0].Key); err != nil {
+					t.Errorf("got key %q; want a generated UUID", base.Attempts()[0].Key)
+				}
+				for i, a := range base.Attempts() {
+					n := 0
+					for k, vs := range a.Header {
+						if strings.EqualFold(k, "Idempotency-Key") {
+							n += len(vs)
+						}
+					}
+					if n != 1 {
+						t.Errorf("attempt %d: got %d Idempotency-Key values; want 1", i+1, n)
+					}
+				}
+				if got := base.Effects(); got != 1 {
+					t.Errorf("got %d effects; want 1", got)
+				}
+				if !equalHeader(req.Header, before) {
+					t.Errorf("the caller's header changed: got %v; want %v", req.Header, before)
+				}
+			})
+		})
+	}
+}
+
+func equalHeader(a, b http.Header) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, vs := range a {
+		if strings.Join(vs, "\x00") != strings.Join(b[k], "\x00") {
+			return false
+		}
+	}
+	return true
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -317,3 +318,5 @@ func (t *Transport) observe(ctx context.Context, report *Report, a Attempt, resp
 		t.log(ctx, a)
 	}
 }
+
+func itoa(i int) string { return strconv.Itoa(i) }

@@ -2,15 +2,20 @@ package retryhttp
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
-	rht "github.com/herdproof/retryhttp/retryhttptest"
+	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	rht "github.com/herdproof/retryhttp/retryhttptest"
 )
 
 func TestOnAttemptReportsEveryAttempt(t *testing.T) {
@@ -88,4 +93,87 @@ func TestErrorStringRedactsURL(t *testing.T) {
 	if got := err.Error(); got != want {
 		t.Errorf("got %q; want %q", got, want)
 	}
+}
+
+func TestErrorReportsTimeout(t *testing.T) {
+	// As the http.Client sees it: (*url.Error).Timeout and errors.As to
+	// net.Error must say "timeout" where the base's own error would.
+	tests := []struct {
+		name     string
+		policy   Policy
+		deadline time.Duration // the caller's, 0 for none
+		want     bool
+	}{
+		{"caller's deadline", Policy{}, time.Second, true},
+		{"Policy.Timeout", Policy{Timeout: time.Second}, 0, true},
+		{"every attempt timed out", Policy{AttemptTimeout: time.Second, MaxAttempts: 2}, 0, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tr := &Transport{Base: rht.NewTransport(rht.Hang()), Policy: tc.policy}
+				ctx := context.Background()
+				if tc.deadline > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tc.deadline)
+					defer cancel()
+				}
+				req, _ := http.NewRequestWithContext(ctx, "GET", "http://x.test/", nil)
+				_, err := (&http.Client{Transport: tr}).Do(req)
+				var ue *url.Error
+				if !errors.As(err, &ue) || ue.Timeout() != tc.want {
+					t.Errorf("got %v (url.Error.Timeout %v); want Timeout() %v", err, ue != nil && ue.Timeout(), tc.want)
+				}
+				var ne net.Error
+				if !errors.As(err, &ne) || !ne.Timeout() {
+					t.Errorf("errors.As(err, net.Error): got %v; want a net.Error reporting a timeout", ne)
+				}
+			})
+		})
+	}
+	t.Run("not a timeout", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			tr := &Transport{Base: rht.NewTransport(rht.Step{Err: errReset}), Policy: Policy{MaxAttempts: 1}}
+			_, err := tr.RoundTrip(newReq(t, "GET", ""))
+			var re *Error
+			if !errors.As(err, &re) || re.Timeout() {
+				t.Errorf("got %v; want an *Error that is not a timeout", err)
+			}
+		})
+	})
+}
+
+// Secrets in the URL and in headers never reach errors, hook strings or logs.
+func TestSecretsStayOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dialErr := &url.Error{Op: "Get", URL: "https://alice:hunter2@api.test/v1?token=s3cr3t", Err: errDial}
+		base := rht.NewTransport(rht.Status(503), rht.Step{Err: dialErr})
+		var buf strings.Builder
+		var printed []string
+		tr := &Transport{
+			Base:   base,
+			Logger: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})),
+			OnAttempt: func(a Attempt) {
+				printed = append(printed, a.String(), fmt.Sprintf("%v", a), fmt.Sprintf("%+v", a))
+				slog.New(slog.NewJSONHandler(&buf, nil)).Info("hook", "attempt", a)
+			},
+			Policy: Policy{MaxAttempts: 2},
+		}
+		req, _ := http.NewRequest("GET", "https://alice:hunter2@api.test/v1?token=s3cr3t#frag", nil)
+		req.Header.Set("Authorization", "Bearer s3cr3t")
+		req.Header.Set("Cookie", "session=s3cr3t")
+		_, err := tr.RoundTrip(req)
+		if err == nil {
+			t.Fatal("got no error; want the dial error")
+		}
+		all := strings.Join(append(printed, err.Error(), buf.String()), "\n")
+		for _, secret := range []string{"hunter2", "s3cr3t", "alice", "token=", "frag", "Bearer"} {
+			if strings.Contains(all, secret) {
+				t.Errorf("found %q in:\n%s", secret, all)
+			}
+		}
+		if !strings.Contains(all, "https://api.test/v1") {
+			t.Errorf("the redacted URL is missing:\n%s", all)
+		}
+	})
 }

@@ -1,11 +1,15 @@
 package retryhttp
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestPeekBody(t *testing.T) {
@@ -61,3 +65,34 @@ func (r readCloser) Close() error { r.close(); return nil }
 type errReader struct{ err error }
 
 func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+func TestPeekBodyOnAStalledBodyIsCutByAttemptTimeout(t *testing.T) {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) > 1 {
+			io.WriteString(w, "ok")
+			return
+		}
+		w.Header().Set("Content-Length", "1000")
+		w.WriteHeader(400)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	classify := func(resp *http.Response, err error) Class {
+		if resp != nil && resp.StatusCode == 400 {
+			if b, _ := PeekBody(resp, 64); strings.Contains(string(b), "Throttling") {
+				return Throttling
+			}
+		}
+		return DefaultClassify(resp, err)
+	}
+	tr := &Transport{Policy: Policy{BaseDelay: time.Millisecond, AttemptTimeout: 200 * time.Millisecond, Classify: classify}}
+	defer tr.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	code, _, err := roundTrip(t, tr, mustReq(t, "GET", srv.URL).WithContext(ctx))
+	if err != nil || code != 200 {
+		t.Fatalf("got (%d, %v); want 200 after the stalled peek timed out", code, err)
+	}
+}

@@ -3,8 +3,12 @@ package retryhttp
 import (
 	"math"
 	"net/http"
+	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	rht "github.com/herdproof/retryhttp/retryhttptest"
 )
 
 func TestParseRetryAfter(t *testing.T) {
@@ -48,5 +52,97 @@ func TestParseRetryAfter(t *testing.T) {
 				t.Errorf("got (%v, %v); want (%v, %v)", got, ok, tc.want, tc.ok)
 			}
 		})
+	}
+}
+
+// Bad input from servers: every odd delay header, through the Transport.
+// None may panic, hang, or wait longer than the policy allows.
+func TestBadServerDelays(t *testing.T) {
+	const (
+		seconds = "Retry-After"
+		amz     = "X-Amz-Retry-After"
+		ms      = "Retry-After-Ms"
+	)
+	// Fake time in a synctest bubble starts at 2000-01-01 00:00:00 UTC.
+	start := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	type want struct {
+		attempts   int           // 1: returned at once; 2: retried
+		low, high  time.Duration // the wait, lowRand and highRand
+		fromServer bool
+	}
+	backoff := want{2, 0, 50 * time.Millisecond, false}
+	refused := want{1, 0, 0, true}
+	values := []struct {
+		name   string
+		values []string
+		byName map[string]want // default: backoff
+	}{
+		{"negative", []string{"-5"}, nil},
+		{"empty", []string{""}, nil},
+		{"Go duration", []string{"1m0s"}, nil},
+		{"fraction", []string{"0.493"}, nil},
+		{"spaces around", []string{" 120 "}, map[string]want{
+			seconds: refused,                                                   // 120s > MaxDelay
+			amz:     {2, 120 * time.Millisecond, 170 * time.Millisecond, true}, // spread: BaseDelay, above 10%
+			ms:      {2, 120 * time.Millisecond, 170 * time.Millisecond, true},
+		}},
+		{"two different", []string{"3", "4"}, nil},
+		{"two equal", []string{"3", "3"}, map[string]want{
+			seconds: {2, 3 * time.Second, 3300 * time.Millisecond, true},
+			amz:     {2, 3 * time.Millisecond, 53 * time.Millisecond, true},
+			ms:      {2, 3 * time.Millisecond, 53 * time.Millisecond, true},
+		}},
+		{"eleven digits", []string{"99999999999"}, map[string]want{seconds: refused, amz: refused, ms: refused}},
+		{"thirty digits", []string{strings.Repeat("1234567890", 3)}, map[string]want{seconds: refused, amz: refused, ms: refused}},
+		{"past date", []string{start.Add(-time.Hour).Format(http.TimeFormat)}, map[string]want{seconds: {2, 0, 50 * time.Millisecond, true}}},
+		{"date 10 years ahead", []string{start.AddDate(10, 0, 0).Format(http.TimeFormat)}, map[string]want{seconds: refused}},
+		{"IMF-fixdate", []string{"Sat, 01 Jan 2000 00:00:05 GMT"}, map[string]want{seconds: {2, 5 * time.Second, 5500 * time.Millisecond, true}}},
+		{"RFC 850 date", []string{"Saturday, 01-Jan-00 00:00:05 GMT"}, map[string]want{seconds: {2, 5 * time.Second, 5500 * time.Millisecond, true}}},
+		{"asctime date", []string{"Sat Jan  1 00:00:05 2000"}, map[string]want{seconds: {2, 5 * time.Second, 5500 * time.Millisecond, true}}},
+		{"malformed date", []string{"Sat, 01 Jan 2000 25:61:00 GMT"}, nil},
+	}
+	for _, header := range []string{seconds, amz, ms} {
+		for _, v := range values {
+			w, ok := v.byName[header]
+			if !ok {
+				w = backoff
+			}
+			for _, end := range []struct {
+				name string
+				rnd  func(int64) int64
+				wait time.Duration
+			}{{"low", lowRand, w.low}, {"high", highRand, w.high}} {
+				t.Run(header+"/"+v.name+"/"+end.name, func(t *testing.T) {
+					synctest.Test(t, func(t *testing.T) {
+						if !time.Now().Equal(start) {
+							t.Fatalf("the bubble starts at %v; want %v", time.Now(), start)
+						}
+						step := rht.Status(503)
+						step.Header = http.Header{header: v.values}
+						base := rht.NewTransport(step, rht.Status(200))
+						var hooks []Attempt
+						tr := &Transport{Base: base, Policy: Policy{Rand: end.rnd}, OnAttempt: func(a Attempt) { hooks = append(hooks, a) }}
+						_, _, err := roundTrip(t, tr, newReq(t, "GET", ""))
+						if err != nil {
+							t.Fatalf("got %v; want a response", err)
+						}
+						if !rht.AssertAttempts(t, base, w.attempts) {
+							return
+						}
+						if w.attempts == 2 {
+							if gap := rht.Gaps(base)[0]; gap != end.wait {
+								t.Errorf("got wait %v; want %v", gap, end.wait)
+							}
+						}
+						if got := hooks[0].DelaySource == FromServer; got != w.fromServer {
+							t.Errorf("got delay from server %v; want %v", got, w.fromServer)
+						}
+						if w.attempts == 1 && hooks[0].Decision != StopServerDelay {
+							t.Errorf("got decision %v; want %v", hooks[0].Decision, StopServerDelay)
+						}
+					})
+				})
+			}
+		}
 	}
 }

@@ -3,7 +3,6 @@ package retryhttp
 import (
 	"context"
 	"errors"
-	rht "github.com/herdproof/retryhttp/retryhttptest"
 	"io"
 	"net/http"
 	"reflect"
@@ -14,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	rht "github.com/herdproof/retryhttp/retryhttptest"
 	"github.com/stretchr/testify/require"
 )
 

@@ -1,6 +1,8 @@
 package retryhttp
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,14 +12,49 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	rht "github.com/herdproof/retryhttp/retryhttptest"
+	"github.com/stretchr/testify/require"
 )
 
-// Faults over real loopback connections. Real time: delays are milliseconds.
+func TestUpgradedConnectionOutlivesTimeout(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		io.Copy(conn, buf) // echo
+	}))
+	defer srv.Close()
+	tr := &Transport{Policy: Policy{Timeout: 50 * time.Millisecond}}
+	defer tr.CloseIdleConnections()
+	req := mustReq(t, "GET", srv.URL)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "echo")
+	resp, err := tr.RoundTrip(req)
+	if err != nil || resp.StatusCode != 101 {
+		t.Fatalf("got (%v, %v); want 101", resp, err)
+	}
+	defer resp.Body.Close()
+	rw, ok := resp.Body.(io.ReadWriteCloser)
+	if !ok {
+		t.Fatalf("got a %T body; want net/http's writable one", resp.Body)
+	}
+	time.Sleep(100 * time.Millisecond) // past the Timeout
+	if _, err := io.WriteString(rw, "ping\n"); err != nil {
+		t.Fatalf("write after the Timeout: %v", err)
+	}
+	line, err := bufio.NewReader(rw).ReadString('\n')
+	if err != nil || line != "ping\n" {
+		t.Errorf("got (%q, %v) after the Timeout; want the echo", line, err)
+	}
+}
 
 func TestResponsesOverLoopback(t *testing.T) {
 	t.Run("reset mid-body of the final response reaches the caller's read", func(t *testing.T) {
@@ -291,5 +328,261 @@ func TestFinalBodyReadableToTheEnd(t *testing.T) {
 				t.Errorf("read the body in %v; the test needs longer than the %v attempt timeout", took, attemptTimeout)
 			}
 		})
+	}
+}
+
+func TestZeroTransportInHTTPClient(t *testing.T) {
+	srv := rht.NewServer(t, rht.Status(503), rht.Status(503), rht.Status(200).WithBody("hello"))
+	client := &http.Client{Transport: &Transport{}}
+	resp, err := client.Get(srv.URL)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != "hello" {
+		t.Errorf("got (%d, %q); want (200, \"hello\")", resp.StatusCode, b)
+	}
+	if n := len(srv.Attempts()); n != 3 {
+		t.Errorf("got %d attempts at the server; want 3", n)
+	}
+	for i, g := range rht.Gaps(srv) {
+		// Full jitter: retry n waits at most 50ms * 2^n, plus the attempt
+		// and generous room for a busy machine.
+		if hi := (50 * time.Millisecond << i) + 500*time.Millisecond; g > hi {
+			t.Errorf("wait %d: got %v; want at most about %v", i, g, hi)
+		}
+	}
+}
+
+func TestCommittedWriteWithLostResponse(t *testing.T) {
+	// The handler performs the write, then the connection is cut before any
+	// response: to the client it is a network error, indistinguishable from
+	// a write that never happened.
+	tests := []struct {
+		name        string
+		policy      Policy
+		wantStatus  int
+		wantErr     bool
+		wantAttempt int
+	}{
+		{"retried with the same key: one effect", fast, 200, false, 2},
+		{"keys off: not retried", Policy{NoIdempotencyKeys: true}, 0, true, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := rht.NewServer(t, rht.CommitThenDrop(), rht.Status(200))
+			client := &http.Client{Transport: &Transport{Policy: tc.policy}}
+			resp, err := client.Post(srv.URL+"/charges", "application/json", bytes.NewReader([]byte(`{"amount":100}`)))
+			if tc.wantErr {
+				if err == nil {
+					resp.Body.Close()
+					t.Fatalf("got %d; want an error", resp.StatusCode)
+				}
+			} else {
+				require.NoError(t, err)
+				resp.Body.Close()
+				if resp.StatusCode != tc.wantStatus {
+					t.Errorf("got %d; want %d", resp.StatusCode, tc.wantStatus)
+				}
+			}
+			if got := len(srv.Attempts()); got != tc.wantAttempt {
+				t.Errorf("got %d attempts at the server; want %d", got, tc.wantAttempt)
+			}
+			if got := srv.Effects(); got != 1 {
+				t.Errorf("got %d effects; want exactly 1", got)
+			}
+			keys := rht.Keys(srv)
+			for _, k := range keys {
+				if k != keys[0] {
+					t.Errorf("got keys %q; want one key on every attempt", keys)
+				}
+			}
+			if !tc.wantErr && keys[0] == "" {
+				t.Error("got no idempotency key; want one")
+			}
+		})
+	}
+}
+
+func TestRealNetworkFailures(t *testing.T) {
+	t.Run("reset before the response", func(t *testing.T) {
+		srv := rht.NewServer(t, rht.Reset(), rht.Status(200))
+		tr := &Transport{Policy: fast}
+		code, _, err := roundTrip(t, tr, mustReq(t, "GET", srv.URL))
+		if err != nil || code != 200 || len(srv.Attempts()) != 2 {
+			t.Errorf("got (%d, %v) after %d attempts; want (200, nil) after 2", code, err, len(srv.Attempts()))
+		}
+	})
+	t.Run("connection refused is retried, then reported", func(t *testing.T) {
+		url := closedURL(t)
+		var hooks []Attempt
+		tr := &Transport{Policy: fast, OnAttempt: func(a Attempt) { hooks = append(hooks, a) }}
+		_, _, err := roundTrip(t, tr, mustReq(t, "GET", url))
+		var re *Error
+		if !errors.As(err, &re) || re.Attempts != 3 || re.Decision != StopAttempts {
+			t.Fatalf("got %v; want an *Error after 3 attempts, %v", err, StopAttempts)
+		}
+		var opErr *net.OpError
+		if !errors.As(err, &opErr) || opErr.Op != "dial" {
+			t.Errorf("got %v; want it to wrap the dial *net.OpError", err)
+		}
+		for i, h := range hooks {
+			if h.Class != Transient {
+				t.Errorf("attempt %d: got class %v; want transient", i+1, h.Class)
+			}
+		}
+	})
+	t.Run("connection refused: a POST with keys off is retried", func(t *testing.T) {
+		url := closedURL(t)
+		n := 0
+		tr := &Transport{Policy: Policy{NoIdempotencyKeys: true, BaseDelay: time.Millisecond}, OnAttempt: func(Attempt) { n++ }}
+		roundTrip(t, tr, mustReq(t, "POST", url))
+		if n != 3 {
+			t.Errorf("got %d attempts; want 3 (a refused connection proves nothing was sent)", n)
+		}
+	})
+	t.Run("connections are reused across retries", func(t *testing.T) {
+		srv := rht.NewServer(t, rht.Status(503), rht.Status(200), rht.Status(503), rht.Status(200), rht.Status(503), rht.Status(200))
+		tr := &Transport{Policy: fast}
+		for range 3 {
+			roundTrip(t, tr, mustReq(t, "GET", srv.URL))
+		}
+		if got := srv.Conns(); got != 1 {
+			t.Errorf("got %d connections for 6 attempts; want 1", got)
+		}
+	})
+}
+
+// TestSharedTransportUnderLoad: 1,000 goroutines share one Transport against
+// a loopback server that fails 30% of attempts. Every request gets a result,
+// every write one key of its own, and the budget ends exactly where the
+// attempt log says it must.
+func TestSharedTransportUnderLoad(t *testing.T) {
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		// Attempt i fails when (i*7) mod 10 < 3: 30%, spread evenly.
+		if (n.Add(1)*7)%10 < 3 {
+			w.WriteHeader(503)
+			return
+		}
+		io.WriteString(w, r.Header.Get(DefaultIdempotencyHeader))
+	}))
+	defer srv.Close()
+
+	// A bucket half full of 100,000 tokens: 1,000 requests can neither fill
+	// it (at most +1,000) nor empty it (at most -28,000), so every refill
+	// and every cost counts whole, and the final count follows exactly from
+	// the attempt log. (Draining is TestSustainedOutage's subject.)
+	budget := NewBudget(100_000)
+	budget.take(50_000)
+	var mu sync.Mutex
+	var log []Attempt
+	tr := &Transport{Budget: budget, Policy: Policy{BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond},
+		OnAttempt: func(a Attempt) {
+			if a.Tokens < 0 || a.Tokens > budget.Capacity() {
+				t.Errorf("got %d tokens; want within [0, %d]", a.Tokens, budget.Capacity())
+			}
+			mu.Lock()
+			log = append(log, a)
+			mu.Unlock()
+		}}
+	client := &http.Client{Transport: tr}
+
+	const workers = 1000
+	keys := make([]string, workers)
+	var wg sync.WaitGroup
+	var results, fails atomic.Int64
+	for i := range workers {
+		wg.Go(func() {
+			resp, err := client.Post(srv.URL, "text/plain", strings.NewReader(fmt.Sprint(i)))
+			if err != nil {
+				t.Errorf("request %d: %v", i, err)
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			results.Add(1)
+			if resp.StatusCode == 200 {
+				keys[i] = string(b)
+			} else {
+				fails.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if results.Load() != workers {
+		t.Fatalf("got %d results; want %d", results.Load(), workers)
+	}
+	seen := map[string]bool{}
+	for _, k := range keys {
+		if k == "" {
+			continue
+		}
+		if seen[k] {
+			t.Errorf("key %s served two requests; want one key per request", k)
+		}
+		seen[k] = true
+	}
+
+	// Replay the log: +1 for a first-try success, -cost for a retry paid,
+	// +cost back for the success that followed it.
+	want := 50_000
+	retries := 0
+	for _, a := range log {
+		switch {
+		case a.Decision == Retry:
+			c := RetryCost
+			if a.Class == Throttling {
+				c = ThrottleRetryCost
+			}
+			want -= c
+			retries++
+		case a.Class == Success && a.Number == 1:
+			want++
+		case a.Class == Success:
+			want += prevCost(log, a)
+		}
+	}
+	if got := budget.Available(); got != want {
+		t.Errorf("got %d tokens at the end; want %d from the attempt log", got, want)
+	}
+	hist := map[string]int{}
+	for _, a := range log {
+		hist[a.Class.String()+"/"+a.Decision.String()]++
+	}
+	t.Logf("%d requests, %d attempts, %d retries, %d ended on 503, %d tokens left; %v", workers, len(log), retries, fails.Load(), budget.Available(), hist)
+}
+
+// prevCost finds the cost of the retry that led to success a: the Retry
+// decision of the attempt before it with the same idempotency key.
+func prevCost(log []Attempt, a Attempt) int {
+	key := a.Request.Header.Get(DefaultIdempotencyHeader)
+	for _, p := range log {
+		if p.Number == a.Number-1 && p.Decision == Retry && p.Request.Header.Get(DefaultIdempotencyHeader) == key {
+			if p.Class == Throttling {
+				return ThrottleRetryCost
+			}
+			return RetryCost
+		}
+	}
+	panic("no retry before a success after the first attempt")
+}
+
+func TestConnectionsReusedAcrossRetries(t *testing.T) {
+	steps := []rht.Step{}
+	for range 250 {
+		steps = append(steps, rht.Status(503), rht.Status(200))
+	}
+	srv := rht.NewServer(t, steps...)
+	tr := &Transport{Policy: fast, Budget: UnlimitedBudget()}
+	for range 250 {
+		code, _, err := roundTrip(t, tr, mustReq(t, "GET", srv.URL))
+		if err != nil || code != 200 {
+			t.Fatalf("got (%d, %v); want (200, nil)", code, err)
+		}
+	}
+	rht.AssertAttempts(t, srv, 500)
+	if got := srv.Conns(); got != 1 {
+		t.Errorf("got %d TCP connections for 500 attempts; want 1", got)
 	}
 }

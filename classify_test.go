@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -16,11 +17,6 @@ import (
 
 	rht "github.com/herdproof/retryhttp/retryhttptest"
 )
-
-// Each provoke function makes net/http itself fail in one of the ways that
-// neterrors.go recognises, over real loopback connections, and returns the
-// error exactly as net/http's Transport returned it. If a Go release renames
-// a type or rewords a message, the classification tests below fail.
 
 // provokeServerClosedIdle returns the keep-alive race's error: the server
 // closes an idle HTTP/1.1 connection just as the client takes it for a PUT.
@@ -156,7 +152,7 @@ func TestNetHTTPConnectionFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.provoke(t)
 			if !strings.Contains(err.Error(), tc.text) {
-				t.Errorf("got %q; want it to contain %q (net/http changed: update neterrors.go)", err, tc.text)
+				t.Errorf("got %q; want it to contain %q (net/http changed: update classify.go)", err, tc.text)
 			}
 			if !connClosedUnder(err) {
 				t.Error("connClosedUnder: got false; want true")
@@ -217,6 +213,7 @@ func assertRetriedWhereSafe(t *testing.T, err error) {
 type timeoutOnly struct{}
 
 func (timeoutOnly) Error() string { return "response timeout" }
+
 func (timeoutOnly) Timeout() bool { return true }
 
 func TestTimeoutErrorsAnywhereInTheChain(t *testing.T) {
@@ -241,4 +238,67 @@ func TestTimeoutErrorsAnywhereInTheChain(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestClassifyRealErrors(t *testing.T) {
+	plain := &http.Transport{ResponseHeaderTimeout: 50 * time.Millisecond}
+	t.Cleanup(plain.CloseIdleConnections)
+	tlsSrv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	tlsSrv.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshake failure is the point
+	tlsSrv.StartTLS()
+	t.Cleanup(tlsSrv.Close)
+	hang := make(chan struct{})
+	hangSrv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-hang }))
+	t.Cleanup(func() { close(hang); hangSrv.Close() })
+	eofSrv := rht.NewServer(t, rht.CommitThenDrop())
+	resetSrv := rht.NewServer(t, rht.Reset())
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+
+	tests := []struct {
+		name string
+		req  func() *http.Request
+		want Class
+	}{
+		{"connection refused", func() *http.Request { return mustReq(t, "GET", closedURL(t)) }, Transient},
+		{"EOF before the response", func() *http.Request { return mustReq(t, "GET", eofSrv.URL) }, Transient},
+		{"reset before the response", func() *http.Request { return mustReq(t, "GET", resetSrv.URL) }, Transient},
+		{"response header timeout", func() *http.Request { return mustReq(t, "GET", hangSrv.URL) }, Transient},
+		{"unknown certificate authority", func() *http.Request { return mustReq(t, "GET", tlsSrv.URL) }, Permanent},
+		{"TLS to a plain HTTP server", func() *http.Request {
+			return mustReq(t, "GET", strings.Replace(eofSrv.URL, "http:", "https:", 1))
+		}, Permanent},
+		{"unsupported scheme", func() *http.Request { return mustReq(t, "GET", "ftp://127.0.0.1/") }, Permanent},
+		{"invalid header", func() *http.Request {
+			r := mustReq(t, "GET", eofSrv.URL)
+			r.Header.Set("Bad Header", "x")
+			return r
+		}, Permanent},
+		{"caller cancelled", func() *http.Request { return mustReq(t, "GET", hangSrv.URL).WithContext(cancelled) }, Permanent},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := plain.RoundTrip(tc.req())
+			if err == nil {
+				resp.Body.Close()
+				t.Fatalf("got status %d; want an error", resp.StatusCode)
+			}
+			if got := DefaultClassify(nil, err); got != tc.want {
+				t.Errorf("got %v for %q; want %v", got, err, tc.want)
+			}
+		})
+	}
+	t.Run("DNS", func(t *testing.T) {
+		for _, c := range []struct {
+			err  *net.DNSError
+			want Class
+		}{
+			{&net.DNSError{Err: "no such host", Name: "x.invalid", IsNotFound: true}, Permanent},
+			{&net.DNSError{Err: "server misbehaving", Name: "x.test", IsTemporary: true}, Transient},
+		} {
+			if got := DefaultClassify(nil, &net.OpError{Op: "dial", Err: c.err}); got != c.want {
+				t.Errorf("got %v for %v; want %v", got, c.err, c.want)
+			}
+		}
+	})
 }

@@ -1,0 +1,33 @@
+package retryhttp
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+)
+
+// PeekBody returns up to n bytes from the start of resp's body and puts them
+// back, so that whoever reads the body next (the caller, or the Transport's
+// drain) sees it whole. It is for classifiers that must look inside an error
+// body, such as AWS's 400 ThrottlingException: they read a bounded prefix,
+// never the whole body. A read error is returned with what was read, which
+// is put back too.
+func PeekBody(resp *http.Response, n int) ([]byte, error) {
+	if resp == nil || resp.Body == nil || resp.Body == http.NoBody || n <= 0 {
+		return nil, nil
+	}
+	buf := make([]byte, n)
+	m, err := io.ReadFull(resp.Body, buf)
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		err = nil
+	}
+	buf = buf[:m]
+	resp.Body = &peekedBody{Reader: io.MultiReader(bytes.NewReader(buf), resp.Body), Closer: resp.Body}
+	return buf, err
+}
+
+// peekedBody is a body with its first bytes read and put back.
+type peekedBody struct {
+	io.Reader
+	io.Closer
+}
