@@ -82,11 +82,17 @@ type Transport struct {
 	OnAttempt func(Attempt)
 
 	// Logger, if not nil, receives one line per retry decision: at Info for
-	// a retry and for a success after retries, at Warn for giving up on a
-	// retryable failure. Lines carry the method, the URL without user info
-	// or query, the attempt, the status or error, the class, the decision,
-	// the delay and the tokens left; never a header or a body. Nil means no
-	// logging.
+	// a retry ("retryhttp: retrying") and for a success after retries
+	// ("retryhttp: done after retry"), at Warn for giving up on a retryable
+	// failure ("retryhttp: giving up"), and at Warn for a request whose
+	// next attempt got no send permit from the Limiter ("retryhttp: no
+	// send permit"; no attempt, so no OnAttempt call, is made for it).
+	// Lines carry the method, the URL without user info or query, the
+	// attempt, the status or error, the class, the decision, the delay and
+	// its source, and the tokens left; budget_fallback when a shared
+	// budget pays from its local fallback, rate_limit when the Limiter is
+	// limiting, and permit_wait when the attempt waited for a permit. They
+	// never carry a header or a body. Nil means no logging.
 	Logger *slog.Logger
 
 	once        sync.Once
