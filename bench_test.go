@@ -35,6 +35,8 @@ func BenchmarkRoundTripSuccess(b *testing.B) {
 		{"GET/base", base, get},
 		{"GET/transport", &Transport{Base: base}, get},
 		{"GET/limiter", &Transport{Base: base, Limiter: &RateLimiter{}}, get}, // idle: never throttled
+		{"GET/perhost", &Transport{Base: base, PerHost: &PerHost{}}, get},
+		{"GET/perhost-limiter", &Transport{Base: base, PerHost: &PerHost{Limiter: func(string) *RateLimiter { return &RateLimiter{} }}}, get},
 		{"POST/base", base, post},
 		{"POST/transport", &Transport{Base: base}, post},
 	} {

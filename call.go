@@ -25,7 +25,10 @@ type call struct {
 	ctx    context.Context    // req's context, under Policy.Timeout
 	cancel context.CancelFunc // Policy.Timeout's; nil without one
 	report *Report
-	max    int // attempts allowed
+	ov     *Override    // the request's, if any
+	dest   *host        // its destination's budget and limiter, with PerHost
+	lim    *RateLimiter // its send permits come from, if any
+	max    int          // attempts allowed
 
 	safe      bool // may be sent twice: idempotent, or keyed
 	hedged    bool // its attempts are hedged
@@ -73,16 +76,26 @@ type verdict struct {
 func (c *call) start(t *Transport, req *http.Request) error {
 	c.t, c.req, c.out, c.unsent = t, req, req, true
 	c.ctx = req.Context()
-	c.report = reportFrom(c.ctx)
+	rv := requestFrom(c.ctx)
+	c.report, c.ov = rv.report, rv.override
 	if err := c.ctx.Err(); err != nil {
 		c.report.finish(StopCanceled)
 		return &Error{Decision: StopCanceled, Err: err}
 	}
 	p := &t.Policy
 	c.max = p.maxAttempts()
+	timeout := p.Timeout
+	if c.ov != nil {
+		c.max, timeout = c.ov.apply(c.max, timeout)
+	}
+	c.lim = t.Limiter
+	if t.PerHost != nil {
+		c.dest = t.PerHost.get(req.URL)
+		c.lim = c.dest.limiter
+	}
 	c.observing = t.OnAttempt != nil || t.Logger != nil || c.report != nil
-	if p.Timeout > 0 {
-		c.ctx, c.cancel = context.WithTimeout(c.ctx, p.Timeout)
+	if timeout > 0 {
+		c.ctx, c.cancel = context.WithTimeout(c.ctx, timeout)
 		c.out = req.WithContext(c.ctx)
 	}
 	c.safe = idempotentMethod(req.Method)
@@ -95,8 +108,24 @@ func (c *call) start(t *Transport, req *http.Request) error {
 			c.safe = true
 		}
 	}
-	c.hedged = p.HedgeDelay > 0 && c.max > 1 && p.hedgeable(req, c.safe)
+	c.hedged = p.HedgeDelay > 0 && c.max > 1 && p.hedgeable(req, c.safe) && (c.ov == nil || !c.ov.NoHedging)
 	return nil
+}
+
+// budget is what pays for the request's retries and hedges.
+func (c *call) budget() RetryBudget {
+	if c.dest != nil {
+		return c.dest.budget
+	}
+	return c.t.inUse
+}
+
+// attemptTimeout bounds each attempt, or is zero.
+func (c *call) attemptTimeout() time.Duration {
+	if c.ov != nil && c.ov.AttemptTimeout > 0 {
+		return c.ov.AttemptTimeout
+	}
+	return c.t.Policy.AttemptTimeout
 }
 
 // replayable reports whether the request's body, if any, can be had again.
@@ -107,8 +136,8 @@ func (c *call) replayable() bool {
 // acquire takes the next attempt's send permit from the Limiter, if there is
 // one.
 func (c *call) acquire() error {
-	if l := c.t.Limiter; l != nil {
-		return l.acquire(c.ctx, &c.permit)
+	if c.lim != nil {
+		return c.lim.acquire(c.ctx, &c.permit)
 	}
 	return nil
 }
@@ -128,7 +157,7 @@ func (c *call) send() {
 	switch {
 	case c.hedged:
 		c.sendHedged()
-	case p.AttemptTimeout > 0:
+	case c.attemptTimeout() > 0:
 		c.sendTimed()
 	case c.permit.l != nil:
 		used := c.take()
@@ -143,7 +172,7 @@ func (c *call) send() {
 	}
 	c.n = o.number + o.hedges.sent // hedges are attempts too
 	if o.number == 1 {
-		c.t.inUse.Deposit(o.class == Success) // before a retry is weighed
+		c.budget().Deposit(o.class == Success) // before a retry is weighed
 	}
 }
 
@@ -168,7 +197,8 @@ func (c *call) sendTimed() {
 	used := c.take()
 	actx, release := context.WithCancel(o.sent.Context())
 	o.release = release
-	o.timer = time.AfterFunc(p.AttemptTimeout, release)
+	timeout := c.attemptTimeout()
+	o.timer = time.AfterFunc(timeout, release)
 	o.resp, o.err = roundTripOnce(c.t.base(), o.sent.WithContext(actx))
 	o.class = p.classify(o.resp, o.err)
 	fired := !o.timer.Stop()
@@ -177,7 +207,7 @@ func (c *call) sendTimed() {
 	case fired && o.sent.Context().Err() == nil:
 		discard(o.resp, release)
 		o.resp, o.release = nil, nil
-		o.err = fmt.Errorf("%w after %v", ErrAttemptTimeout, p.AttemptTimeout)
+		o.err = fmt.Errorf("%w after %v", ErrAttemptTimeout, timeout)
 		o.class = p.classify(nil, o.err)
 	case o.err != nil:
 		release()
@@ -255,11 +285,11 @@ func (c *call) weigh() verdict {
 		return v
 	}
 	var ok bool
-	if c.paid, ok = c.t.inUse.Withdraw(o.class); !ok {
+	if c.paid, ok = c.budget().Withdraw(o.class); !ok {
 		v.decision = StopBudget
 		return v
 	}
-	if lim := c.t.Limiter; lim != nil && !lim.admits(c.ctx, v.delay) {
+	if lim := c.lim; lim != nil && !lim.admits(c.ctx, v.delay) {
 		c.paid.refund(false)
 		v.decision = StopRateLimited
 		return v
@@ -287,9 +317,9 @@ func (c *call) record() {
 	c.t.observe(c.ctx, c.report, Attempt{
 		Request: o.sent, Number: o.number, Err: o.err, Class: o.class,
 		Decision: c.v.decision, Delay: c.v.delay, DelaySource: c.v.src,
-		Tokens: c.t.inUse.Available(), Duration: time.Since(o.start),
+		Tokens: c.budget().Available(), Duration: time.Since(o.start),
 		Hedges: o.hedges.sent, HedgeWon: o.hedges.won, HedgesRefused: o.hedges.refused,
-		PermitWait: o.permitWait, RateLimit: c.t.Limiter.rate(),
+		PermitWait: o.permitWait, RateLimit: c.lim.rate(),
 	}, o.resp)
 }
 
@@ -355,7 +385,7 @@ func (c *call) stopBefore(why error) error {
 		if l := c.t.Logger; l != nil && l.Enabled(c.ctx, slog.LevelWarn) {
 			// No attempt was made, so no hook ran: one line says why.
 			l.LogAttrs(c.ctx, slog.LevelWarn, "retryhttp: no send permit", slog.String("method", method(c.req)),
-				slog.String("url", redactURL(c.req.URL)), slog.Int("attempt", c.n+1), slog.Float64("rate_limit", c.t.Limiter.rate()))
+				slog.String("url", redactURL(c.req.URL)), slog.Int("attempt", c.n+1), slog.Float64("rate_limit", c.lim.rate()))
 		}
 	}
 	c.report.finish(d)
@@ -372,9 +402,13 @@ func (c *call) stopBefore(why error) error {
 // and the Timeout, and gives back the tokens and the permit of a retry that
 // will not be made. The panic then goes on to the caller.
 func (c *call) cleanup() {
-	if c.done {
-		return
+	if !c.done {
+		c.release()
 	}
+}
+
+// release is cleanup's work, when there is any.
+func (c *call) release() {
 	if c.race != nil {
 		c.race.abandon()
 	}

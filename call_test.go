@@ -140,6 +140,11 @@ func TestAllocations(t *testing.T) {
 		{"GET, idle RateLimiter", &Transport{Base: ok, Limiter: &RateLimiter{}}, get, 0},
 		{"GET, RatioBudget", &Transport{Base: ok, Budget: &RatioBudget{}}, get, 0},
 		{"GET, hedging on, answered before HedgeDelay", &Transport{Base: ok, Policy: Policy{HedgeDelay: time.Hour}}, get, 11},
+		{"GET, PerHost, a destination already seen", &Transport{Base: ok, PerHost: &PerHost{}}, get, 0},
+		{"GET, PerHost with limiters, a destination already seen", &Transport{Base: ok, PerHost: &PerHost{Limiter: func(string) *RateLimiter { return &RateLimiter{} }}}, get, 0},
+		{"GET with an Override", &Transport{Base: ok}, get.WithContext(WithOverride(get.Context(), Override{MaxAttempts: 5})), 0},
+		{"GET, Policy.Timeout", &Transport{Base: ok, Policy: Policy{Timeout: time.Minute}}, get, 6},
+		{"GET with an Override's Timeout", &Transport{Base: ok}, get.WithContext(WithOverride(get.Context(), Override{Timeout: time.Minute})), 6},
 		{"POST with the caller's key", &Transport{Base: ok}, keyed, 0},
 		{"POST, key generated", &Transport{Base: ok}, post, 3},
 	}

@@ -253,3 +253,59 @@ func ExampleRateLimiter() {
 	// true
 	// 200 true
 }
+
+// One client, many hosts: each destination gets a budget of its own, so a
+// dead host spends only its own retries. Here the dead one drains its
+// bucket, and the healthy one's failure is still retried.
+func ExamplePerHost() {
+	dead := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer dead.Close()
+	healthy, _ := flaky(1)
+	defer healthy.Close()
+
+	hosts := &retryhttp.PerHost{}
+	client := &http.Client{Transport: &retryhttp.Transport{
+		PerHost: hosts,
+		Policy:  retryhttp.Policy{BaseDelay: time.Millisecond},
+	}}
+	for range 20 {
+		if resp, err := client.Get(dead.URL); err == nil {
+			resp.Body.Close()
+		}
+	}
+	resp, err := client.Get(healthy.URL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	resp.Body.Close()
+	deadBudget, _, _ := hosts.Lookup(dead.URL)
+	fmt.Println("healthy host:", resp.StatusCode)
+	fmt.Println("dead host's tokens left:", deadBudget.Available())
+	fmt.Println("destinations:", hosts.Len())
+	// Output:
+	// healthy host: 200
+	// dead host's tokens left: 10
+	// destinations: 2
+}
+
+// A request that must not be retried, through a client that retries the
+// rest: the Override rides on the request's context.
+func ExampleWithOverride() {
+	srv, calls := flaky(1)
+	defer srv.Close()
+	client := &http.Client{Transport: &retryhttp.Transport{}}
+
+	ctx := retryhttp.WithOverride(context.Background(), retryhttp.Override{NoRetries: true})
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
+	resp, err := client.Do(req)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	resp.Body.Close()
+	fmt.Println(resp.StatusCode, "after", calls.Load(), "attempt")
+	// Output: 503 after 1 attempt
+}

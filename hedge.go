@@ -225,14 +225,14 @@ func (c *call) copyReport() *Report {
 // of them cannot be had.
 func (c *call) hedge(n int) (*http.Request, hedgeCopy, bool) {
 	var hc hedgeCopy
-	if lim := c.t.Limiter; lim != nil {
+	if lim := c.lim; lim != nil {
 		var ok bool
 		if hc.permit, ok = lim.tryAcquire(time.Now()); !ok {
 			return nil, hedgeCopy{}, false // a throttled client sends no extra copies
 		}
 	}
 	var ok bool
-	if hc.tokens, ok = c.t.inUse.Withdraw(Hedge); !ok {
+	if hc.tokens, ok = c.budget().Withdraw(Hedge); !ok {
 		hc.permit.cancel()
 		return nil, hedgeCopy{}, false
 	}

@@ -144,8 +144,11 @@ func (p *Policy) maxServerDelay() time.Duration {
 }
 
 func (p *Policy) classify(resp *http.Response, err error) Class {
-	if p.Classify != nil {
+	switch {
+	case p.Classify != nil:
 		return p.Classify(resp, err)
+	case err == nil && resp != nil:
+		return statusClass(resp.StatusCode) // DefaultClassify's, without the call
 	}
 	return DefaultClassify(resp, err)
 }

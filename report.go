@@ -44,18 +44,12 @@ type Report struct {
 // Retries reports how many attempts after the first the Report holds.
 func (r *Report) Retries() int { return max(len(r.Attempts)-1, 0) }
 
-type reportKey struct{}
-
 // WithReport returns a copy of ctx that makes every Transport the request
-// goes through record what it did in r.
+// goes through record what it did in r. An Override attached to ctx stays
+// attached.
 func WithReport(ctx context.Context, r *Report) context.Context {
-	return context.WithValue(ctx, reportKey{}, r)
-}
-
-// reportFrom returns the Report attached to ctx, or nil.
-func reportFrom(ctx context.Context) *Report {
-	r, _ := ctx.Value(reportKey{}).(*Report)
-	return r
+	v := requestFrom(ctx)
+	return withRequest(ctx, &request{report: r, override: v.override})
 }
 
 // The methods below accept a nil Report, so that RoundTrip calls them

@@ -75,6 +75,13 @@ type Transport struct {
 	// same RateLimiter to make them share one rate. Nil means no limit.
 	Limiter *RateLimiter
 
+	// PerHost, if not nil, gives each destination (scheme, host and port)
+	// a budget and a RateLimiter of its own, in place of Budget and
+	// Limiter, so that one sick host does not spend the retries, or cut
+	// the send rate, of the others. Nil means one Budget and one Limiter
+	// for every destination.
+	PerHost *PerHost
+
 	// OnAttempt, if not nil, is called after every attempt, once the
 	// decision about it is made and before any wait, on the goroutine that
 	// called RoundTrip. It must not block for long: the request waits for

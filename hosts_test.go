@@ -1,0 +1,223 @@
+package retryhttp
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	rht "github.com/herdproof/retryhttp/retryhttptest"
+)
+
+// byHost routes each request to the scripted transport of its host.
+type byHost map[string]*rht.Transport
+
+func (b byHost) RoundTrip(r *http.Request) (*http.Response, error) {
+	return b[r.URL.Host].RoundTrip(r)
+}
+
+func TestPerHostIsolatesBudgets(t *testing.T) {
+	// down.test answers only 503; flaky.test fails each request's first
+	// attempt and then answers 200. 100 requests go to down.test, then 100
+	// to flaky.test. Shared, down.test spends the bucket (35 retries, 10
+	// tokens left) and flaky.test's failures then get no retry; per host,
+	// each has its own.
+	tests := []struct {
+		name                string
+		perHost             *PerHost
+		downAttempts        int
+		flakyOK, flakyTries int
+	}{
+		{"shared budget", nil, 135, 0, 100},
+		{"per host", &PerHost{}, 135, 100, 200},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				flaky := 0
+				base := byHost{"down.test": rht.NewTransport(rht.Status(503))}
+				tr := &Transport{Base: roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+					if r.URL.Host != "flaky.test" {
+						return base.RoundTrip(r)
+					}
+					flaky++
+					code := 200
+					if RequestAttempt(r) == 1 {
+						code = 503
+					}
+					return &http.Response{StatusCode: code, Body: http.NoBody, Request: r}, nil
+				}), PerHost: tc.perHost, Policy: Policy{SendAttemptHeader: true}}
+				send := func(host string) int {
+					req, _ := http.NewRequest("GET", "http://"+host+"/", nil)
+					code, _, err := roundTrip(t, tr, req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return code
+				}
+				for range 100 {
+					send("down.test")
+				}
+				ok := 0
+				for range 100 {
+					if send("flaky.test") == 200 {
+						ok++
+					}
+				}
+				if got := len(base["down.test"].Attempts()); got != tc.downAttempts {
+					t.Errorf("down.test: got %d attempts; want %d", got, tc.downAttempts)
+				}
+				if ok != tc.flakyOK || flaky != tc.flakyTries {
+					t.Errorf("flaky.test: got %d successes in %d attempts; want %d in %d", ok, flaky, tc.flakyOK, tc.flakyTries)
+				}
+			})
+		})
+	}
+}
+
+func TestPerHostIsolatesLimiters(t *testing.T) {
+	// slow.test throttles; fast.test does not. Per host, fast.test's
+	// requests never wait for a permit; shared, the cut to 7/s (growing
+	// back along the curve) spaces them too: 20 permits, the first due a
+	// seventh of a second after the cut, take over 2.5 s.
+	tests := []struct {
+		name     string
+		tr       func(http.RoundTripper) *Transport
+		min, max time.Duration
+	}{
+		{"shared limiter", func(b http.RoundTripper) *Transport {
+			return &Transport{Base: b, Limiter: &RateLimiter{}, Policy: Policy{MaxAttempts: 1}}
+		}, 2500 * time.Millisecond, 20 * seventh},
+		{"per host", func(b http.RoundTripper) *Transport {
+			return &Transport{Base: b, PerHost: &PerHost{Limiter: func(string) *RateLimiter { return &RateLimiter{} }}, Policy: Policy{MaxAttempts: 1}}
+		}, 0, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := byHost{"slow.test": rht.NewTransport(rht.Status(429)), "fast.test": rht.NewTransport(rht.Status(200))}
+				tr := tc.tr(base)
+				req := func(host string) *http.Request {
+					r, _ := http.NewRequest("GET", "http://"+host+"/", nil)
+					return r
+				}
+				roundTrip(t, tr, req("slow.test")) // a throttle: 7/s from now on, where it applies
+				start := time.Now()
+				for range 20 {
+					roundTrip(t, tr, req("fast.test"))
+				}
+				if got := time.Since(start); got < tc.min || got > tc.max {
+					t.Errorf("20 requests to fast.test took %v; want between %v and %v", got, tc.min, tc.max)
+				}
+			})
+		})
+	}
+}
+
+func TestPerHostDestinations(t *testing.T) {
+	// Scheme, host and port name a destination; the default port and the
+	// case of the host do not.
+	var dests []string
+	ph := &PerHost{Budget: func(dest string) RetryBudget {
+		dests = append(dests, dest)
+		return NewBudget(10)
+	}}
+	for _, u := range []string{
+		"http://a.test/x", "http://a.test:80/y", "http://A.TEST/z",
+		"https://a.test/", "https://a.test:443/",
+		"http://a.test:8080/",
+		"http://[::1]/", "http://[::1]:80/", "http://[::1]:8080/",
+	} {
+		pu, _ := url.Parse(u)
+		ph.get(pu)
+	}
+	want := []string{"http://a.test:80", "https://a.test:443", "http://a.test:8080", "http://[::1]:80", "http://[::1]:8080"}
+	if fmt.Sprint(dests) != fmt.Sprint(want) {
+		t.Errorf("got destinations %v; want %v", dests, want)
+	}
+	if got := ph.Len(); got != len(want) {
+		t.Errorf("got %d destinations tracked; want %d", got, len(want))
+	}
+	if b, _, ok := ph.Lookup("http://a.test:80/q"); !ok || b.Available() != 10 {
+		t.Errorf("Lookup: got (%v, %v); want a.test's budget", b, ok)
+	}
+	if _, _, ok := ph.Lookup("http://b.test/"); ok {
+		t.Error("Lookup: found b.test, never sent to; want nothing")
+	}
+}
+
+func TestPerHostMemoryIsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ph := &PerHost{MaxHosts: 100, IdleTimeout: time.Minute}
+		get := func(i int) {
+			u, _ := url.Parse(fmt.Sprintf("http://h%d.test/", i))
+			ph.get(u)
+		}
+		// A stream of new destinations: never more than MaxHosts.
+		for i := range 1000 {
+			get(i)
+			if n := ph.Len(); n > 100 {
+				t.Fatalf("after %d destinations: got %d tracked; want at most 100", i+1, n)
+			}
+		}
+		// Idle ones go when a new one comes; one still in use stays.
+		time.Sleep(40 * time.Second)
+		get(999) // in use
+		time.Sleep(40 * time.Second)
+		get(5000) // new: the sweep forgets what was idle for a minute
+		if got := ph.Len(); got != 2 {
+			t.Errorf("got %d destinations after the idle ones expired; want 2 (the one in use and the new one)", got)
+		}
+		if _, _, ok := ph.Lookup("http://h999.test/"); !ok {
+			t.Error("the destination in use was forgotten")
+		}
+	})
+}
+
+func TestPerHostBudgetKinds(t *testing.T) {
+	// Any RetryBudget per destination: here a RatioBudget, whose refunds
+	// go to the destination that paid.
+	synctest.Test(t, func(t *testing.T) {
+		ph := &PerHost{Budget: func(string) RetryBudget { return &RatioBudget{MinPerSecond: -1} }}
+		base := byHost{"a.test": rht.NewTransport(rht.Status(200)), "b.test": rht.NewTransport(rht.Status(503))}
+		tr := &Transport{Base: base, PerHost: ph}
+		for range 100 {
+			r, _ := http.NewRequest("GET", "http://a.test/", nil)
+			roundTrip(t, tr, r)
+		}
+		r, _ := http.NewRequest("GET", "http://b.test/", nil)
+		roundTrip(t, tr, r)
+		// b.test has one request in its window and no minimum: 10% of 1
+		// allows no retry, whatever a.test did.
+		rht.AssertAttempts(t, base["b.test"], 1)
+		a, _, _ := ph.Lookup("http://a.test/")
+		if got := a.Available(); got != 10 {
+			t.Errorf("a.test: got %d retries available; want 10", got)
+		}
+	})
+}
+
+func TestPerHostUnderConcurrency(t *testing.T) {
+	// 20 goroutines over 20 destinations, with MaxHosts 8: lookups, adds
+	// and sweeps race; every request gets an answer.
+	ph := &PerHost{MaxHosts: 8}
+	tr := &Transport{Base: rht.NewTransport(rht.Status(503), rht.Status(200).Times(1000000)), PerHost: ph, Policy: fast}
+	var wg sync.WaitGroup
+	for g := range 20 {
+		wg.Go(func() {
+			for i := range 40 {
+				r, _ := http.NewRequest("GET", fmt.Sprintf("http://h%d.test/", (g+i)%20), nil)
+				if _, _, err := roundTrip(t, tr, r); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := ph.Len(); n > 8 {
+		t.Errorf("got %d destinations tracked; want at most 8", n)
+	}
+}
