@@ -46,6 +46,7 @@ type call struct {
 	done   bool
 	unsent bool   // out's body, not yet handed to the base
 	paid   Tokens // the planned or running retry's
+	sent   bool   // the retry paid for went to the base
 	permit permit // the next attempt's
 	race   *race  // a hedged attempt's copies
 }
@@ -154,6 +155,7 @@ func (c *call) send() {
 		o.sent = withAttemptHeader(c.out, o.number)
 	}
 	c.unsent = false // the base closes the body from here on
+	c.sent = c.paid.Payer != nil
 	switch {
 	case c.hedged:
 		c.sendHedged()
@@ -230,6 +232,7 @@ func (c *call) decide() {
 			c.paid.spend()
 		}
 	}
+	c.sent = false
 	switch {
 	case o.err != nil && c.ctx.Err() != nil:
 		// The caller's context ended (or Policy.Timeout passed) during
@@ -284,11 +287,12 @@ func (c *call) weigh() verdict {
 		v.decision = StopDeadline
 		return v
 	}
-	var ok bool
-	if c.paid, ok = c.budget().Withdraw(o.class); !ok {
-		v.decision = StopBudget
+	paid, ok := c.budget().Withdraw(o.class)
+	if !ok {
+		v.decision = StopBudget // a refusal pays nothing, whatever it returned
 		return v
 	}
+	c.paid = paid
 	if lim := c.lim; lim != nil && !lim.admits(c.ctx, v.delay) {
 		c.paid.refund(false)
 		v.decision = StopRateLimited
@@ -426,7 +430,10 @@ func (c *call) release() {
 	if c.unsent {
 		closeBody(c.out.Body)
 	}
-	if c.paid.Payer != nil {
+	switch {
+	case c.paid.Payer != nil && c.sent:
+		c.paid.spend() // sent, and not known to have succeeded: it was load
+	case c.paid.Payer != nil:
 		c.paid.refund(false)
 	}
 	if c.permit.l != nil {

@@ -3,7 +3,9 @@ package retryhttp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -284,4 +286,309 @@ func TestCanceledWaitReturnsItsTokens(t *testing.T) {
 			t.Errorf("got %d tokens after 10 canceled waits; want %d", got, DefaultBudgetTokens)
 		}
 	})
+}
+
+// A budget that refuses a retry but returns Tokens describing the refused
+// cost: the Transport ignores them, and never refunds a payment that was not
+// taken.
+func TestRefusedWithdrawPaysNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		budget := newLedger(t)
+		budget.refuse, budget.refusedTokens = true, true
+		base := rht.NewTransport(rht.Reset())
+		tr := &Transport{Base: base, Budget: budget}
+		_, err := tr.RoundTrip(newReq(t, "GET", ""))
+		var re *Error
+		if !errors.As(err, &re) || re.Decision != StopBudget {
+			t.Fatalf("got %v; want StopBudget", err)
+		}
+		budget.check(t)
+	})
+}
+
+// Every payment a RetryBudget issues is settled at
+// most once, only Tokens it issued are refunded, and each ends as the
+// Tokens doc says: refunded (sent=false) when the retry is never sent,
+// refunded (sent=true) when it succeeded or the hedge won, kept otherwise.
+// Checked with a ledger budget across cancellation, GetBody failure,
+// panicking hooks (OnAttempt, Logger handler, Classify) and hedging.
+func TestEachPaymentSettledOnce(t *testing.T) {
+	slow := func(code int) rht.Step { return rht.Status(code).WithDelay(100 * time.Millisecond) }
+	tests := []struct {
+		name        string
+		steps       []rht.Step
+		method      string
+		policy      Policy
+		cancelAt    time.Duration
+		getBodyErr  bool
+		hook        func(Attempt)
+		logger      bool
+		wantPanic   bool
+		unsent, won int // refunds with sent=false, sent=true
+		spent       int // never refunded
+	}{
+		{"retry succeeds", []rht.Step{rht.Status(503), rht.Status(200)}, "GET", Policy{}, 0, false, nil, false, false, 0, 1, 0},
+		{"retries fail", []rht.Step{rht.Status(503)}, "GET", Policy{}, 0, false, nil, false, false, 0, 0, 2},
+		{"retry canceled in its wait", []rht.Step{rht.Status(503)}, "GET", Policy{Rand: highRand}, 10 * time.Millisecond, false, nil, false, false, 1, 0, 0},
+		{"retry's body cannot be had", []rht.Step{rht.Status(503)}, "PUT", Policy{}, 0, true, nil, false, false, 1, 0, 0},
+		{"OnAttempt panics after Retry", []rht.Step{rht.Status(503)}, "GET", Policy{}, 0, false,
+			func(a Attempt) {
+				if a.Decision == Retry {
+					panic("hook")
+				}
+			}, false, true, 1, 0, 0},
+		{"Logger handler panics after Retry", []rht.Step{rht.Status(503)}, "GET", Policy{}, 0, false, nil, true, true, 1, 0, 0},
+		{"Timeout refuses the second wait", []rht.Step{rht.Status(503)}, "GET", Policy{Rand: highRand, BaseDelay: time.Second, Timeout: 1500 * time.Millisecond}, 0, false, nil, false, false, 0, 0, 1},
+		{"hedge wins", []rht.Step{slow(200), rht.Status(200)}, "GET", Policy{HedgeDelay: 10 * time.Millisecond}, 0, false, nil, false, false, 0, 1, 0},
+		{"hedge loses", []rht.Step{rht.Status(200).WithDelay(20 * time.Millisecond), slow(200)}, "GET", Policy{HedgeDelay: 10 * time.Millisecond}, 0, false, nil, false, false, 0, 0, 1},
+		{"retry's hedge wins", []rht.Step{rht.Status(503), slow(200), rht.Status(200)}, "GET", Policy{HedgeDelay: 10 * time.Millisecond, Rand: lowRand}, 0, false, nil, false, false, 0, 2, 0},
+		{"keyed POST, hedge canceled by the caller", []rht.Step{rht.Hang()}, "POST", Policy{HedgeDelay: 10 * time.Millisecond}, 50 * time.Millisecond, false, nil, false, false, 0, 0, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				budget := newLedger(t)
+				base := rht.NewTransport(tc.steps...)
+				tr := &Transport{Base: base, Budget: budget, Policy: tc.policy, OnAttempt: tc.hook}
+				if tc.logger {
+					tr.Logger = slog.New(panicHandler{})
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				if tc.cancelAt > 0 {
+					time.AfterFunc(tc.cancelAt, cancel)
+				}
+				req := newReq(t, tc.method, "payload").WithContext(ctx)
+				req.GetBody = func() (io.ReadCloser, error) {
+					if tc.getBodyErr {
+						return nil, errors.New("no body")
+					}
+					return io.NopCloser(strings.NewReader("payload")), nil
+				}
+				func() {
+					defer func() {
+						if p := recover(); (p != nil) != tc.wantPanic {
+							t.Errorf("got panic %v; want panic %v", p, tc.wantPanic)
+						}
+					}()
+					if resp, err := tr.RoundTrip(req); err == nil {
+						io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+					}
+				}()
+				synctest.Wait()
+				budget.check(t)
+				budget.mu.Lock()
+				var unsent, won int
+				for _, sent := range budget.refunded {
+					if sent {
+						won++
+					} else {
+						unsent++
+					}
+				}
+				spent := len(budget.issued)
+				budget.mu.Unlock()
+				if unsent != tc.unsent || won != tc.won || spent != tc.spent {
+					t.Errorf("got %d refunded unsent, %d refunded won, %d kept spent; want %d, %d, %d", unsent, won, spent, tc.unsent, tc.won, tc.spent)
+				}
+				if got := base.OpenBodies(); got != 0 {
+					t.Errorf("got %d response bodies open; want 0", got)
+				}
+			})
+		})
+	}
+}
+
+// Across hedging, Timeout, AttemptTimeout,
+// SendAttemptHeader, a Limiter that limits, generated and caller's keys and
+// caller cancellation, RoundTrip never changes the caller's request (its
+// header, URL, body, context), closes the caller's body exactly once and
+// every GetBody body exactly once, returns a response xor an error, and
+// leaves no response body open but the one returned.
+func TestRequestContractMatrix(t *testing.T) {
+	slow := func(code int) rht.Step { return rht.Status(code).WithDelay(30 * time.Millisecond) }
+	scripts := map[string][]rht.Step{
+		"503 then 200":          {rht.Status(503).WithBody("busy"), rht.Status(200)},
+		"slow, hedge wins":      {slow(200), rht.Status(200)},
+		"slow 503s then 200":    {slow(503), slow(503), rht.Status(200)},
+		"429 always":            {rht.Status(429).WithBody("slow down")},
+		"reset then hang":       {rht.Reset(), rht.Hang()},
+		"commit then drop, 200": {rht.CommitThenDrop(), rht.Status(200)},
+	}
+	policies := map[string]Policy{
+		"plain":                   {},
+		"hedged":                  {HedgeDelay: 10 * time.Millisecond, MaxHedges: 2},
+		"hedged+Timeout+header":   {HedgeDelay: 10 * time.Millisecond, Timeout: 5 * time.Second, SendAttemptHeader: true},
+		"AttemptTimeout+Timeout":  {AttemptTimeout: 20 * time.Millisecond, Timeout: 5 * time.Second},
+		"AttemptTimeout+hedged":   {AttemptTimeout: 5 * time.Millisecond, HedgeDelay: 10 * time.Millisecond},
+		"header+AttemptTimeout":   {AttemptTimeout: 50 * time.Millisecond, SendAttemptHeader: true},
+		"short Timeout":           {Timeout: 25 * time.Millisecond, HedgeDelay: 10 * time.Millisecond},
+		"MaxAttempts 1, hedged":   {MaxAttempts: 1, HedgeDelay: 10 * time.Millisecond},
+		"MaxAttempts 5, 3 hedges": {MaxAttempts: 5, MaxHedges: 3, HedgeDelay: 5 * time.Millisecond},
+	}
+	for sname, steps := range scripts {
+		for pname, p := range policies {
+			for _, method := range []string{"GET", "PUT", "POST", "POST+key"} {
+				for _, limit := range []bool{false, true} {
+					for _, cancelAt := range []time.Duration{0, 15 * time.Millisecond} {
+						name := fmt.Sprintf("%s/%s/%s/limit=%v/cancel=%v", sname, pname, method, limit, cancelAt)
+						t.Run(name, func(t *testing.T) {
+							synctest.Test(t, func(t *testing.T) {
+								checkContract(t, steps, p, method, limit, cancelAt)
+							})
+						})
+					}
+				}
+			}
+		}
+	}
+}
+
+func checkContract(t *testing.T, steps []rht.Step, p Policy, method string, limit bool, cancelAt time.Duration) {
+	var lim *RateLimiter
+	if limit {
+		lim = &RateLimiter{}
+		warm := &Transport{Base: rht.NewTransport(rht.Status(429)), Limiter: lim, Policy: Policy{MaxAttempts: 1}}
+		roundTrip(t, warm, newReq(t, "GET", ""))
+	}
+	base := rht.NewTransport(steps...)
+	p.Rand = lowRand
+	tr := &Transport{Base: base, Policy: p, Limiter: lim, Budget: newLedger(t)}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a Hang ends
+	defer cancel()
+	if cancelAt > 0 {
+		time.AfterFunc(cancelAt, cancel)
+	}
+	var closed, replays, replayed atomic.Int32
+	m := strings.TrimSuffix(method, "+key")
+	req, _ := http.NewRequestWithContext(ctx, m, "http://example.test/p?q=1", closeTracker{strings.NewReader("payload"), &closed})
+	req.GetBody = func() (io.ReadCloser, error) {
+		replayed.Add(1)
+		return closeTracker{strings.NewReader("payload"), &replays}, nil
+	}
+	req.Header.Set("X-Mine", "v")
+	if strings.HasSuffix(method, "+key") {
+		req.Header.Set(DefaultIdempotencyHeader, "caller-key")
+	}
+	hdr := req.Header.Clone()
+	body, u, rctx := req.Body, req.URL.String(), req.Context()
+
+	resp, err := tr.RoundTrip(req)
+	if (resp == nil) == (err == nil) {
+		t.Fatalf("got (%v, %v); want exactly one of a response and an error", resp, err)
+	}
+	if resp != nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	time.Sleep(time.Hour) // losers and hung copies finish
+	synctest.Wait()
+	if !equalHeader(req.Header, hdr) || req.Body != body || req.URL.String() != u || req.Context() != rctx || req.Method != m {
+		t.Errorf("the caller's request was modified: header %v (was %v)", req.Header, hdr)
+	}
+	if got := closed.Load(); got != 1 {
+		t.Errorf("got the caller's body closed %d times; want 1", got)
+	}
+	if got, want := replays.Load(), replayed.Load(); got != want {
+		t.Errorf("got %d of %d GetBody bodies closed; want all, once", got, want)
+	}
+	if got := base.OpenBodies(); got != 0 {
+		t.Errorf("got %d response bodies open; want 0", got)
+	}
+	tr.Budget.(*ledger).check(t)
+}
+
+// A panic in any hook not covered elsewhere (Rand,
+// the Logger's handler, GetBody for a retry, Classify under
+// AttemptTimeout with a Limiter, NewIdempotencyKey, OnAttempt after a
+// hedged retry) reaches the caller and leaves nothing held: no derived
+// context running, no response body open, every request body closed once,
+// no payment unsettled but hedges that were sent.
+func TestPanicsInEveryHookLeaveNothingHeld(t *testing.T) {
+	boom := func() { panic("hook") }
+	tests := []struct {
+		name   string
+		steps  []rht.Step
+		method string
+		policy Policy
+		hook   func(Attempt)
+		logger bool
+		hedges int // paid and sent, so kept
+	}{
+		{"Rand, with Timeout and AttemptTimeout", []rht.Step{rht.Status(503).WithBody("x")}, "PUT",
+			Policy{Timeout: time.Minute, AttemptTimeout: time.Second, Rand: func(int64) int64 { boom(); return 0 }}, nil, false, 0},
+		{"Logger handler, after a Retry under AttemptTimeout", []rht.Step{rht.Status(503).WithBody("x")}, "POST",
+			Policy{AttemptTimeout: time.Second, Timeout: time.Minute}, nil, true, 0},
+		{"GetBody for the retry", []rht.Step{rht.Status(503).WithBody("x")}, "PUT+panicbody",
+			Policy{Timeout: time.Minute}, nil, false, 0},
+		{"GetBody for the retry, hedged", []rht.Step{rht.Status(503).WithBody("x")}, "PUT+panicbody",
+			Policy{Timeout: time.Minute, HedgeDelay: time.Second}, nil, false, 0},
+		{"NewIdempotencyKey, hedged", nil, "POST+panickey",
+			Policy{HedgeDelay: time.Millisecond, Timeout: time.Minute}, nil, false, 0},
+		{"OnAttempt after a hedged retry", []rht.Step{rht.Status(503), rht.Status(200).WithDelay(time.Second), rht.Status(200)}, "GET",
+			Policy{HedgeDelay: 10 * time.Millisecond, Timeout: time.Minute, Rand: lowRand}, func(a Attempt) {
+				if a.Number > 1 {
+					boom()
+				}
+			}, false, 0}, // the hedge won: refunded before the hook
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := rht.NewTransport(tc.steps...)
+				budget := newLedger(t)
+				p := tc.policy
+				method := tc.method
+				if m, ok := strings.CutSuffix(method, "+panickey"); ok {
+					method = m
+					p.NewIdempotencyKey = func() string { boom(); return "" }
+				}
+				panicBody := false
+				if m, ok := strings.CutSuffix(method, "+panicbody"); ok {
+					method, panicBody = m, true
+				}
+				tr := &Transport{Base: base, Policy: p, OnAttempt: tc.hook, Budget: budget, Limiter: &RateLimiter{}}
+				if tc.logger {
+					tr.Logger = slog.New(panicHandler{})
+				}
+				ctx := newWatchCtx()
+				var closed, replays, replayed atomic.Int32
+				req, _ := http.NewRequestWithContext(ctx, method, "http://example.test/", closeTracker{strings.NewReader("payload"), &closed})
+				req.GetBody = func() (io.ReadCloser, error) {
+					if panicBody {
+						boom()
+					}
+					replayed.Add(1)
+					return closeTracker{strings.NewReader("payload"), &replays}, nil
+				}
+				func() {
+					defer func() {
+						if recover() == nil {
+							t.Error("got no panic; want the hook's panic to reach the caller")
+						}
+					}()
+					tr.RoundTrip(req)
+				}()
+				time.Sleep(time.Hour)
+				synctest.Wait()
+				if got := ctx.held(); got != 0 {
+					t.Errorf("got %d derived contexts still running; want 0", got)
+				}
+				if got := base.OpenBodies(); got != 0 {
+					t.Errorf("got %d open response bodies; want 0", got)
+				}
+				if got := closed.Load(); got != 1 {
+					t.Errorf("got the request body closed %d times; want 1", got)
+				}
+				if got, want := replays.Load(), replayed.Load(); got != want {
+					t.Errorf("got %d replay bodies closed; want all %d", got, want)
+				}
+				budget.check(t)
+				if got := budget.unsettled(); got != tc.hedges {
+					t.Errorf("got %d payments kept; want %d (hedges sent)", got, tc.hedges)
+				}
+			})
+		})
+	}
 }

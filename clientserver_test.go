@@ -586,3 +586,195 @@ func TestConnectionsReusedAcrossRetries(t *testing.T) {
 		t.Errorf("got %d TCP connections for 500 attempts; want 1", got)
 	}
 }
+
+func runtimeGoroutines() int { return runtime.NumGoroutine() }
+
+// Many goroutines share one outer
+// Transport (hedging, SendAttemptHeader, Timeout, a Limiter, a ledger
+// budget, OnAttempt, Report) over an inner hedging Transport over real
+// loopback HTTP/1.1 and HTTP/2; the server answers 503, 429 or 200 after
+// varying delays. No data race, every payment settled at most once, every
+// Report consistent, and the goroutine count returns to where it was.
+func TestSharedTransportNestedHedging(t *testing.T) {
+	for _, h2 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("http2=%v", h2), func(t *testing.T) {
+			before := runtimeGoroutines()
+			var n atomic.Int64
+			srv := rht.NewUnstartedServer(t)
+			srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+				i := n.Add(1)
+				select {
+				case <-time.After(time.Duration(i%7) * time.Millisecond):
+				case <-r.Context().Done():
+					return
+				}
+				switch i % 10 {
+				case 0, 1:
+					w.WriteHeader(503)
+					io.WriteString(w, strings.Repeat("x", 100<<10)) // longer than the drain
+				case 2:
+					w.WriteHeader(429)
+				default:
+					io.WriteString(w, "ok")
+				}
+			})
+			base := start(t, srv, h2)
+			inner := &Transport{Base: base, Policy: Policy{HedgeDelay: 3 * time.Millisecond, BaseDelay: time.Millisecond, ThrottleBaseDelay: time.Millisecond}}
+			budget := newLedger(t)
+			var attempts atomic.Int64
+			outer := &Transport{Base: inner, Budget: budget, Limiter: &RateLimiter{MinRate: 1000},
+				Policy: Policy{HedgeDelay: 4 * time.Millisecond, MaxHedges: 2, MaxAttempts: 4, SendAttemptHeader: true,
+					Timeout: 5 * time.Second, BaseDelay: time.Millisecond, ThrottleBaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond},
+				OnAttempt: func(Attempt) { attempts.Add(1) }}
+			var wg sync.WaitGroup
+			for g := range 20 {
+				wg.Go(func() {
+					for i := range 6 {
+						var rep Report
+						method := []string{"GET", "PUT", "POST"}[(g+i)%3]
+						req, _ := http.NewRequest(method, srv.URL, strings.NewReader("payload"))
+						req = req.WithContext(WithReport(req.Context(), &rep))
+						resp, err := outer.RoundTrip(req)
+						if (resp == nil) == (err == nil) {
+							t.Errorf("got (%v, %v); want one of them", resp, err)
+							return
+						}
+						if resp != nil {
+							io.Copy(io.Discard, resp.Body)
+							resp.Body.Close()
+						}
+						if len(rep.Attempts) == 0 && err == nil {
+							t.Errorf("a response with an empty Report")
+						}
+					}
+				})
+			}
+			wg.Wait()
+			budget.check(t)
+			outer.CloseIdleConnections()
+			base.CloseIdleConnections()
+			srv.Close()
+			var after int
+			for range 100 {
+				if after = runtimeGoroutines(); after <= before {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if after > before {
+				t.Errorf("got %d goroutines after; want at most %d as before", after, before)
+			}
+			t.Logf("%d server requests, %d outer attempts", n.Load(), attempts.Load())
+		})
+	}
+}
+
+// Over real loopback HTTP/1.1 and HTTP/2, a hedged
+// PUT whose first copy stalls mid-upload (the server reads nothing from
+// it) and whose hedge wins: every request body (the caller's and each from
+// GetBody) is closed exactly once, and the loser's stream or connection
+// goes away without leaking goroutines.
+func TestHedgedUploadOverLoopback(t *testing.T) {
+	for _, h2 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("http2=%v", h2), func(t *testing.T) {
+			before := runtimeGoroutines()
+			var n atomic.Int32
+			stop := make(chan struct{})
+			srv := rht.NewUnstartedServer(t)
+			srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if n.Add(1) == 1 {
+					// Never reads the upload. (An HTTP/1.1 server that reads
+					// nothing does not see the client go away: stop ends it.)
+					select {
+					case <-r.Context().Done():
+					case <-stop:
+					}
+					return
+				}
+				io.Copy(io.Discard, r.Body)
+				io.WriteString(w, "hedge")
+			})
+			base := start(t, srv, h2)
+			tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 20 * time.Millisecond, Timeout: 10 * time.Second}}
+			payload := strings.Repeat("p", 256<<10) // under HTTP/2's connection window (see the report)
+			var closed, replays, replayed atomic.Int32
+			req, _ := http.NewRequest("PUT", srv.URL, closeTracker{strings.NewReader(payload), &closed})
+			req.ContentLength = int64(len(payload))
+			req.GetBody = func() (io.ReadCloser, error) {
+				replayed.Add(1)
+				return closeTracker{strings.NewReader(payload), &replays}, nil
+			}
+			code, body, err := roundTrip(t, tr, req)
+			if err != nil || code != 200 || body != "hedge" {
+				t.Fatalf("got (%d, %q, %v); want the hedge's 200", code, body, err)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for time.Now().Before(deadline) && (closed.Load() != 1 || replays.Load() != replayed.Load()) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if got := closed.Load(); got != 1 {
+				t.Errorf("got the caller's body closed %d times; want 1", got)
+			}
+			if got, want := replays.Load(), replayed.Load(); got != want || want != 1 {
+				t.Errorf("got %d GetBody bodies closed of %d; want 1 of 1", got, want)
+			}
+			close(stop)
+			base.CloseIdleConnections()
+			srv.Close()
+			var after int
+			for range 100 {
+				if after = runtimeGoroutines(); after <= before {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if after > before {
+				t.Errorf("got %d goroutines after; want at most %d as before", after, before)
+			}
+		})
+	}
+}
+
+// A hedged upgrade over loopback HTTP/1.1: the
+// hedge's 101 wins, its copy's context is released at once, and the
+// upgraded connection stays the caller's, past the Timeout; the loser's late
+// 101 is closed.
+func TestHedgedUpgrade(t *testing.T) {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			time.Sleep(80 * time.Millisecond)
+		}
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		io.Copy(conn, buf)
+	}))
+	defer srv.Close()
+	tr := &Transport{Policy: Policy{HedgeDelay: 10 * time.Millisecond, Timeout: 50 * time.Millisecond}}
+	defer tr.CloseIdleConnections()
+	req := mustReq(t, "GET", srv.URL)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "echo")
+	resp, err := tr.RoundTrip(req)
+	if err != nil || resp.StatusCode != 101 {
+		t.Fatalf("got (%v, %v); want 101", resp, err)
+	}
+	defer resp.Body.Close()
+	rw, ok := resp.Body.(io.ReadWriteCloser)
+	if !ok {
+		t.Fatalf("got a %T body; want a writable one", resp.Body)
+	}
+	time.Sleep(150 * time.Millisecond) // past the Timeout and the loser's answer
+	if _, err := io.WriteString(rw, "ping\n"); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(rw, buf); err != nil || string(buf) != "ping\n" {
+		t.Errorf("got (%q, %v); want the echo", buf, err)
+	}
+}

@@ -55,6 +55,7 @@ type race struct {
 	over    bool
 	copies  []hedgeCopy // appended by the call under mu
 	buf     [2]hedgeCopy
+	next    hedgeCopy // a hedge being prepared: its permit and tokens
 }
 
 // A hedgeCopy is what one copy holds: its context's cancel, its send permit,
@@ -100,18 +101,20 @@ func (r *race) launch(base http.RoundTripper, req *http.Request, hc hedgeCopy) {
 	}()
 }
 
-// lateAnswer disposes of an answer that nobody listens for any more. Its
-// class is read from the status alone (no hook runs off the caller's
+// lateAnswer disposes of an answer that nobody listens for any more, on a
+// goroutine of its own, so that the winner never waits for a loser's drain.
+// Its class is read from the status alone (no hook runs off the caller's
 // goroutine): a 429 is a throttle for the limiter all the same.
 func lateAnswer(resp *http.Response, hc hedgeCopy) {
 	if resp != nil && resp.StatusCode == http.StatusTooManyRequests {
 		hc.permit.throttled(time.Now())
 	}
-	discard(resp, hc.cancel)
+	go discard(resp, hc.cancel)
 }
 
 // end closes the race: every copy but the winner (-1 for none) is canceled,
-// and the answers already sent are discarded.
+// and the answers already sent are discarded. A hedge being prepared gives
+// back its tokens and permit: it was not sent.
 func (r *race) end(winner int) {
 	r.mu.Lock()
 	r.over = true
@@ -126,6 +129,8 @@ func (r *race) end(winner int) {
 		case a := <-r.answers:
 			lateAnswer(a.resp, r.copies[a.i])
 		default:
+			r.next.tokens.refund(false)
+			r.next.permit.cancel()
 			return
 		}
 	}
@@ -177,17 +182,19 @@ func (c *call) sendHedged() {
 				winner = a.i
 				continue
 			}
-			discard(o.resp, o.release) // a retryable failure while another copy runs
+			go discard(o.resp, o.release) // a retryable failure while another copy runs
 			o.resp, o.release = nil, nil
 		case <-timer.C:
 			if len(r.copies) >= maxCopies || o.hedges.sent >= p.maxHedges() {
 				continue
 			}
-			req, hc, ok := c.hedge(o.number + len(r.copies))
+			req, ok := c.hedge(r, o.number+len(r.copies))
 			if !ok {
 				o.hedges.refused++
 				continue
 			}
+			hc := r.next
+			r.next = hedgeCopy{}
 			r.launch(base, req, hc)
 			o.hedges.sent++
 			inflight++
@@ -219,32 +226,35 @@ func (c *call) copyReport() *Report {
 	return new(Report)
 }
 
-// hedge prepares the hedged copy that would be attempt number n: a permit
-// due now from the Limiter, its tokens from the budget, its request (a fresh
-// body, its own attempt number). It reports false, holding nothing, when any
-// of them cannot be had.
-func (c *call) hedge(n int) (*http.Request, hedgeCopy, bool) {
-	var hc hedgeCopy
-	if lim := c.lim; lim != nil {
+// hedge prepares the hedged copy that would be attempt number n, in r.next:
+// a permit due now from the Limiter, its tokens from the budget, then its
+// request (a fresh body, its own attempt number). It reports false, holding
+// nothing, when any of them cannot be had; until the copy is launched, the
+// race holds the permit and the tokens, so that a panicking GetBody leaves
+// neither taken.
+func (c *call) hedge(r *race, n int) (*http.Request, bool) {
+	hc := &r.next
+	if c.lim != nil {
 		var ok bool
-		if hc.permit, ok = lim.tryAcquire(time.Now()); !ok {
-			return nil, hedgeCopy{}, false // a throttled client sends no extra copies
+		if hc.permit, ok = c.lim.tryAcquire(time.Now()); !ok {
+			return nil, false // a throttled client sends no extra copies
 		}
 	}
-	var ok bool
-	if hc.tokens, ok = c.budget().Withdraw(Hedge); !ok {
+	tk, ok := c.budget().Withdraw(Hedge)
+	if !ok {
 		hc.permit.cancel()
-		return nil, hedgeCopy{}, false
+		return nil, false
 	}
+	hc.tokens = tk
 	req := nextRequest(c.req, c.out)
 	if req == nil {
 		hc.tokens.refund(false)
 		hc.permit.cancel()
-		return nil, hedgeCopy{}, false
+		return nil, false
 	}
 	if c.t.Policy.SendAttemptHeader {
 		req = withAttemptHeader(req, n)
 	}
 	hc.report = c.copyReport()
-	return req, hc, true
+	return req, true
 }

@@ -3,6 +3,7 @@ package retryhttp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -256,4 +257,156 @@ func TestHedgesTakePermits(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A hedged PUT's GetBody panics while its hedge is prepared, after the hedge
+// took a permit and its tokens: the panic reaches the caller, and the hedge,
+// never sent, gives both back.
+func TestHedgeGetBodyPanicLeavesNothingTaken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// Make the limiter limit: one 429, then wait a second so a permit
+		// is due for the first copy and the hedge finds one too.
+		lim := &RateLimiter{}
+		first := &Transport{Base: rht.NewTransport(rht.Status(429)), Limiter: lim, Policy: Policy{MaxAttempts: 1}}
+		roundTrip(t, first, newReq(t, "GET", ""))
+		time.Sleep(time.Second)
+
+		budget := newLedger(t)
+		base := rht.NewTransport(rht.Status(200).WithDelay(time.Second))
+		tr := &Transport{Base: base, Budget: budget, Limiter: lim, Policy: Policy{HedgeDelay: 500 * time.Millisecond}}
+		req := newReq(t, "PUT", "payload")
+		req.GetBody = func() (io.ReadCloser, error) { panic("GetBody") }
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("got no panic; want GetBody's panic to reach the caller")
+				}
+			}()
+			tr.RoundTrip(req)
+		}()
+		synctest.Wait()
+		budget.check(t)
+		if n := budget.unsettled(); n != 0 {
+			t.Errorf("got %d Tokens paid for a hedge that was never sent and never refunded; want 0", n)
+		}
+		rht.AssertAttempts(t, base, 1) // only the first copy went out
+		lim.mu.Lock()
+		next := lim.next
+		lim.mu.Unlock()
+		if now := time.Now(); next.After(now) {
+			t.Errorf("the limiter's next permit is due in %v; want now (the unsent hedge's slot given back)", next.Sub(now))
+		}
+	})
+}
+
+// The first copy answers 503 with a body that stalls while the hedge still
+// runs; the hedge's 200 comes at 20ms and is returned then. A losing answer is
+// drained off the caller's goroutine, and closed within drainTimeout.
+func TestHedgeWinnerDoesNotWaitForALosersDrain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls, closed atomic.Int32
+		base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			if calls.Add(1) == 1 {
+				time.Sleep(15 * time.Millisecond)
+				return &http.Response{StatusCode: 503, Header: http.Header{}, Body: newStallBody(&closed), Request: r}, nil
+			}
+			time.Sleep(10 * time.Millisecond) // answers at 20ms
+			return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("hedge")), Request: r}, nil
+		})
+		tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 10 * time.Millisecond}}
+		start := time.Now()
+		_, body, err := roundTrip(t, tr, newReq(t, "GET", ""))
+		if err != nil || body != "hedge" {
+			t.Fatalf("got (%q, %v); want the hedge's answer", body, err)
+		}
+		if took := time.Since(start); took != 20*time.Millisecond {
+			t.Errorf("the winner came back after %v; want 20ms (it waited %v for the loser's drain)", took, took-20*time.Millisecond)
+		}
+		time.Sleep(drainTimeout) // the loser's drain, on its own goroutine, gives up on the stalled body
+		synctest.Wait()
+		if got := closed.Load(); got != 1 {
+			t.Errorf("got the loser's body closed %d times; want 1", got)
+		}
+	})
+}
+
+// The first copy wins at 20ms and Classify peeks at its body for 5ms;
+// meanwhile the hedge answers with a body that stalls. The winner comes back
+// at 25ms: answers already sent when the race ends are drained off the
+// caller's goroutine.
+func TestHedgeLosersDrainOffTheCallersGoroutine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls, closed atomic.Int32
+		base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			if calls.Add(1) == 1 {
+				time.Sleep(20 * time.Millisecond)
+				return &http.Response{StatusCode: 200, Header: http.Header{}, Request: r,
+					Body: &slowStartBody{r: strings.NewReader("first"), d: 5 * time.Millisecond}}, nil
+			}
+			time.Sleep(12 * time.Millisecond) // launched at 10ms: answers at 22ms
+			return &http.Response{StatusCode: 200, Header: http.Header{}, Body: newStallBody(&closed), Request: r}, nil
+		})
+		classify := func(resp *http.Response, err error) Class {
+			PeekBody(resp, 16)
+			return DefaultClassify(resp, err)
+		}
+		tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 10 * time.Millisecond, Classify: classify}}
+		start := time.Now()
+		_, body, err := roundTrip(t, tr, newReq(t, "GET", ""))
+		if err != nil || body != "first" {
+			t.Fatalf("got (%q, %v); want the first copy's answer", body, err)
+		}
+		if took := time.Since(start); took != 25*time.Millisecond {
+			t.Errorf("the winner came back after %v; want 25ms (20ms, then 5ms of peeking)", took)
+		}
+		time.Sleep(drainTimeout) // the loser's drain, on its own goroutine, gives up on the stalled body
+		synctest.Wait()
+		if got := closed.Load(); got != 1 {
+			t.Errorf("got the loser's body closed %d times; want 1", got)
+		}
+	})
+}
+
+// Hedging on both levels of nested Transports, with
+// a Report: the Report holds the winning outer copy's inner attempts (its
+// own winning copy merged in) followed by the outer attempt, and Done.
+func TestReportUnderHedgingOnBothLevels(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// Outer copy 1 -> inner copies 1 (slow) and 2 (slow); outer copy 2
+		// (at 5ms) -> inner copies 3 (fast 503) then a retry 4 (200).
+		var calls atomic.Int32
+		base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			n := calls.Add(1)
+			d, code := time.Duration(0), 200
+			switch n {
+			case 1, 2:
+				d = time.Hour
+			case 3:
+				code = 503
+			}
+			select {
+			case <-time.After(d):
+			case <-r.Context().Done():
+				return nil, r.Context().Err()
+			}
+			return &http.Response{StatusCode: code, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+		})
+		inner := &Transport{Base: base, Policy: Policy{HedgeDelay: 3 * time.Millisecond, Rand: lowRand}}
+		outer := &Transport{Base: inner, Policy: Policy{HedgeDelay: 5 * time.Millisecond}}
+		var rep Report
+		req := newReq(t, "GET", "")
+		req = req.WithContext(WithReport(req.Context(), &rep))
+		if code, _, err := roundTrip(t, outer, req); err != nil || code != 200 {
+			t.Fatalf("got (%d, %v); want 200", code, err)
+		}
+		var got []string
+		for _, a := range rep.Attempts {
+			got = append(got, fmt.Sprintf("%d:%d:%v", a.Number, a.Status, a.Decision))
+		}
+		want := []string{"1:503:retry", "2:200:done", "1:200:done"}
+		if fmt.Sprint(got) != fmt.Sprint(want) || rep.Decision != Done {
+			t.Errorf("got %v, %v; want %v, done", got, rep.Decision, want)
+		}
+		time.Sleep(2 * time.Hour)
+	})
 }

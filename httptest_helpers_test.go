@@ -7,12 +7,16 @@ package retryhttp
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -239,3 +243,126 @@ func (w *frameWatcher) feed(p []byte) {
 		}
 	}
 }
+
+// ledger is a RetryBudget that issues every payment with a unique Mark and
+// records every Withdraw and Refund. It flags a refund of Tokens it never
+// issued (or issued with ok=false) and a second settlement of the same
+// Tokens.
+type ledger struct {
+	mu       sync.Mutex
+	t        *testing.T
+	next     uint64
+	issued   map[uint64]Class // paid and not yet refunded
+	refunded map[uint64]bool  // the sent flag of each refund
+	refuse   bool             // Withdraw reports false
+	// refusedTokens: a refused Withdraw still returns Tokens describing
+	// the refused cost. The interface says the Tokens matter only "if so".
+	refusedTokens bool
+	errs          []string
+}
+
+func newLedger(t *testing.T) *ledger {
+	return &ledger{t: t, issued: map[uint64]Class{}, refunded: map[uint64]bool{}}
+}
+
+func (l *ledger) Deposit(bool) {}
+
+func (l *ledger) Withdraw(c Class) (Tokens, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.next++
+	if l.refuse {
+		if l.refusedTokens {
+			return Tokens{Cost: c.Cost(), Payer: l, Mark: l.next}, false
+		}
+		return Tokens{}, false
+	}
+	l.issued[l.next] = c
+	return Tokens{Cost: c.Cost(), Payer: l, Mark: l.next}, true
+}
+
+func (l *ledger) Refund(tk Tokens, sent bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.issued[tk.Mark]; !ok {
+		if _, again := l.refunded[tk.Mark]; again {
+			l.errs = append(l.errs, fmt.Sprintf("Tokens %d refunded twice", tk.Mark))
+		} else {
+			l.errs = append(l.errs, fmt.Sprintf("Tokens %d refunded but never issued as paid (sent=%v)", tk.Mark, sent))
+		}
+		return
+	}
+	delete(l.issued, tk.Mark)
+	l.refunded[tk.Mark] = sent
+}
+
+func (l *ledger) Available() int { return 1 << 20 }
+
+// unsettled is the number of paid Tokens never refunded.
+func (l *ledger) unsettled() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.issued)
+}
+
+func (l *ledger) check(t *testing.T) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range l.errs {
+		t.Error(e)
+	}
+}
+
+// stallBody is a response body whose reads block until it is closed, as a
+// server that sent its headers and then went silent.
+type stallBody struct {
+	once   sync.Once
+	done   chan struct{}
+	closed *atomic.Int32
+}
+
+func newStallBody(closed *atomic.Int32) *stallBody {
+	return &stallBody{done: make(chan struct{}), closed: closed}
+}
+
+func (b *stallBody) Read([]byte) (int, error) {
+	<-b.done
+	return 0, errors.New("stallBody: closed")
+}
+
+func (b *stallBody) Close() error {
+	b.once.Do(func() {
+		close(b.done)
+		if b.closed != nil {
+			b.closed.Add(1)
+		}
+	})
+	return nil
+}
+
+// panicHandler is a slog.Handler that panics on every record.
+type panicHandler struct{}
+
+func (panicHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (panicHandler) Handle(context.Context, slog.Record) error { panic("log handler") }
+
+func (h panicHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+
+func (h panicHandler) WithGroup(string) slog.Handler { return h }
+
+// slowStartBody delays its first read, as a body whose first bytes come a
+// little after the headers.
+type slowStartBody struct {
+	r    io.Reader
+	d    time.Duration
+	once sync.Once
+}
+
+func (b *slowStartBody) Read(p []byte) (int, error) {
+	b.once.Do(func() { time.Sleep(b.d) })
+	return b.r.Read(p)
+}
+
+func (b *slowStartBody) Close() error { return nil }

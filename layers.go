@@ -3,6 +3,7 @@ package retryhttp
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -230,10 +231,11 @@ func (w *layerWriter) ReadFrom(r io.Reader) (int64, error) {
 // http.ErrNotSupported when it cannot flush. http.ResponseController's
 // Flush calls it.
 func (w *layerWriter) FlushError() error {
-	if !w.wroteHeader {
-		w.wroteHeader = true
+	err := http.NewResponseController(w.rw).Flush()
+	if !errors.Is(err, http.ErrNotSupported) {
+		w.wroteHeader = true // a flush writes an implicit 200
 	}
-	return http.NewResponseController(w.rw).Flush()
+	return err
 }
 
 // Flush implements http.Flusher; it does nothing when the underlying writer

@@ -171,9 +171,11 @@ func TestHandlerKeepsWriterInterfaces(t *testing.T) {
 // plainWriter is a ResponseWriter that cannot flush.
 type plainWriter struct{ h http.Header }
 
-func (w *plainWriter) Header() http.Header         { return w.h }
+func (w *plainWriter) Header() http.Header { return w.h }
+
 func (w *plainWriter) Write(b []byte) (int, error) { return len(b), nil }
-func (w *plainWriter) WriteHeader(int)             {}
+
+func (w *plainWriter) WriteHeader(int) {}
 
 // failingFlusher is a ResponseWriter whose flush fails, as a connection gone
 // away makes it.
@@ -307,9 +309,11 @@ func TestAttemptHeader(t *testing.T) {
 // measures the middleware, not the recorder.
 type nopWriter struct{ h http.Header }
 
-func (w *nopWriter) Header() http.Header         { return w.h }
+func (w *nopWriter) Header() http.Header { return w.h }
+
 func (w *nopWriter) Write(b []byte) (int, error) { return len(b), nil }
-func (w *nopWriter) WriteHeader(int)             {}
+
+func (w *nopWriter) WriteHeader(int) {}
 
 // BenchmarkHandler compares a bare handler with the same handler under
 // Handler, for a request that makes no failing call.
@@ -355,5 +359,23 @@ func BenchmarkHandlerLoopback(b *testing.B) {
 				resp.Body.Close()
 			}
 		})
+	}
+}
+
+// A flush that the underlying writer cannot do writes nothing: the 503 the
+// handler writes after it still carries ExhaustedHeader.
+func TestFailedFlushKeepsTheSignal(t *testing.T) {
+	w := &plainWriter{http.Header{}}
+	var flushErr error
+	Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		markLayer(r.Context(), StopBudget, 3) // a call below ran out of budget
+		flushErr = http.NewResponseController(w).Flush()
+		w.WriteHeader(503)
+	})).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	if !errors.Is(flushErr, http.ErrNotSupported) {
+		t.Fatalf("got flush error %v; want http.ErrNotSupported", flushErr)
+	}
+	if got := w.h.Get(ExhaustedHeader); got != "budget" {
+		t.Errorf("got %s %q on the 503; want \"budget\" (the failed flush wrote nothing)", ExhaustedHeader, got)
 	}
 }

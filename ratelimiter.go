@@ -110,6 +110,7 @@ type RateLimiter struct {
 	markAt, prevMarkAt time.Time
 
 	epoch   uint64    // cuts so far
+	seq     uint64    // permits given so far, once limiting
 	refused int64     // permits refused
 	wmax    float64   // the rate the curve grows back to
 	cutAt   time.Time // when it was made
@@ -246,6 +247,7 @@ func (l *RateLimiter) startLimiting(now time.Time) {
 type permit struct {
 	l      *RateLimiter
 	epoch  uint64        // the cuts made before it was given
+	seq    uint64        // the permits given before it
 	slot   time.Duration // the interval it took; zero for an idle limiter's
 	waited time.Duration // how long the attempt waited for it
 }
@@ -305,7 +307,8 @@ func (l *RateLimiter) tryAcquire(now time.Time) (permit, bool) {
 	iv := interval(l.rateAt(now))
 	l.next = now.Add(iv)
 	l.count(now)
-	return permit{l: l, epoch: l.epoch, slot: iv}, true
+	l.seq++
+	return permit{l: l, epoch: l.epoch, seq: l.seq, slot: iv}, true
 }
 
 // reserve takes the slot of an attempt due at due, asked at now, and
@@ -323,13 +326,17 @@ func (l *RateLimiter) reserve(due, now, deadline time.Time) (permit, time.Time, 
 	iv := interval(l.rateAt(at))
 	l.next = at.Add(iv)
 	l.count(now)
-	return permit{l: l, epoch: l.epoch, slot: iv}, at, true
+	l.seq++
+	return permit{l: l, epoch: l.epoch, seq: l.seq, slot: iv}, at, true
 }
 
 // cancel gives back the slot of a permit whose attempt will not be sent, as
-// x/time/rate's Reservation.Cancel does: the next permit comes one interval
-// sooner, never before now. A permit of a rate since cut holds no slot (the
-// cut voided it), nor does an idle limiter's. It empties p.
+// x/time/rate's Reservation.Cancel does: if no permit was given after it,
+// the next one comes one interval sooner, never before now. A slot with
+// later permits behind it stays taken: giving it back would let the next
+// permit come right after the one before it, a burst. A permit of a rate
+// since cut holds no slot (the cut voided it), nor does an idle limiter's.
+// It empties p.
 func (p *permit) cancel() {
 	l := p.l
 	if l == nil || p.slot == 0 {
@@ -338,7 +345,7 @@ func (p *permit) cancel() {
 	}
 	now := time.Now()
 	l.mu.Lock()
-	if p.epoch == l.epoch {
+	if p.epoch == l.epoch && p.seq == l.seq {
 		l.next = later(l.next.Add(-p.slot), now)
 		if l.sent > 0 {
 			l.sent--

@@ -594,3 +594,40 @@ func TestCanceledWaiterGivesItsSlotBack(t *testing.T) {
 		}
 	})
 }
+
+// A waits for the first slot and B for the second; A is canceled; C comes
+// next. A's slot has a later permit behind it (B's), so it is not given back:
+// C is sent about one interval after B, not with it. x/time/rate's
+// Reservation.Cancel, the model, restores only what later reservations have
+// not taken.
+func TestCanceledWaiterNeverDoubleBooksASlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lim := &RateLimiter{}
+		warm := &Transport{Base: rht.NewTransport(rht.Status(429)), Limiter: lim, Policy: Policy{MaxAttempts: 1}}
+		roundTrip(t, warm, newReq(t, "GET", "")) // limiting at 7/s
+		base := rht.NewTransport(rht.Status(200))
+		tr := &Transport{Base: base, Limiter: lim, Policy: Policy{MaxAttempts: 1}}
+		start := time.Now()
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		wg.Go(func() { tr.RoundTrip(newReq(t, "GET", "").WithContext(ctx)) }) // A: slot 1
+		synctest.Wait()
+		wg.Go(func() { roundTrip(t, tr, newReq(t, "GET", "")) }) // B: slot 2
+		synctest.Wait()
+		time.Sleep(10 * time.Millisecond)
+		cancel() // A gives up
+		synctest.Wait()
+		wg.Go(func() { roundTrip(t, tr, newReq(t, "GET", "")) }) // C
+		wg.Wait()
+		a := base.Attempts()
+		if len(a) != 2 {
+			t.Fatalf("got %d attempts; want 2 (B and C)", len(a))
+		}
+		b, c := a[0].Time.Sub(start), a[1].Time.Sub(start)
+		// One interval of the rate at B's slot: a little under 1/7 s, as
+		// the rate grows back along its curve.
+		if c-b < seventh*9/10 {
+			t.Errorf("B sent at %v, C at %v: %v apart; want about one interval (%v) apart, no burst", b, c, c-b, seventh)
+		}
+	})
+}

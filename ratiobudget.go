@@ -102,13 +102,13 @@ func (b *RatioBudget) window() time.Duration {
 const minRatioWindow = time.Millisecond
 
 // epoch returns the number of the current slot since the Unix epoch, 1 or
-// more (0 marks a slot never used).
+// more (0 marks a slot never used); a clock before 1970 reads as 1970.
 func (b *RatioBudget) epoch() uint64 {
 	now := time.Now
 	if b.Now != nil {
 		now = b.Now
 	}
-	return uint64(now().UnixNano()/int64(b.window()/ratioSlots)) + 1
+	return uint64(max(now().UnixNano(), 0)/int64(b.window()/ratioSlots)) + 1 // never reusing
 }
 
 // slots count events in the last ratioSlots time slots. Slot i holds the
@@ -127,8 +127,9 @@ type slots struct {
 // reusing marks a slot being reused.
 const reusing = math.MaxUint64
 
-// add counts one event of slot number e.
-func (s *slots) add(e uint64) {
+// add counts one event of slot number e, and returns the number of the
+// slot it was counted in: e, or a newer one that has reused e's.
+func (s *slots) add(e uint64) uint64 {
 	i := e % ratioSlots
 	for {
 		cur := s.epoch[i].Load()
@@ -137,11 +138,11 @@ func (s *slots) add(e uint64) {
 			runtime.Gosched() // another event is reusing the slot: a few instructions
 		case cur >= e:
 			s.count[i].Add(1) // this slot, or a newer one: never reset a newer slot
-			return
+			return cur
 		case s.epoch[i].CompareAndSwap(cur, reusing):
 			s.count[i].Store(1)
 			s.epoch[i].Store(e)
-			return
+			return e
 		}
 	}
 }
@@ -208,8 +209,7 @@ func (b *RatioBudget) Withdraw(Class) (Tokens, bool) {
 	if float64(b.retries.current(e))+1 > perSlot {
 		return Tokens{}, false
 	}
-	b.retries.add(e)
-	return Tokens{Cost: 1, Payer: b, Mark: e}, true
+	return Tokens{Cost: 1, Payer: b, Mark: b.retries.add(e)}, true
 }
 
 // Refund gives back a retry that was never sent, to the time slot that

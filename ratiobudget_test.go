@@ -297,3 +297,27 @@ func TestRatioBudgetRefundGoesToItsSlot(t *testing.T) {
 		t.Errorf("got %d available after the refund; want %d", got, before+1)
 	}
 }
+
+// A retry whose caller read the clock a window ago is counted in the newer
+// slot, and its refund goes to that slot.
+func TestRatioBudgetDelayedWithdrawRefundsItsSlot(t *testing.T) {
+	c := &clock{time.Unix(1_800_000_000, 0)}
+	b := &RatioBudget{Now: c.Now}
+	for range 1000 {
+		b.Deposit(true)
+	}
+	if _, ok := b.Withdraw(Transient); !ok { // a retry now: its slot holds the current number
+		t.Fatal("the first retry was refused")
+	}
+	c.now = c.now.Add(-DefaultRatioWindow) // the delayed caller's clock
+	tk, ok := b.Withdraw(Transient)
+	c.now = c.now.Add(DefaultRatioWindow)
+	if !ok {
+		t.Fatal("the delayed retry was refused")
+	}
+	before := b.Available()
+	tk.Payer.Refund(tk, false) // never sent
+	if got := b.Available(); got != before+1 {
+		t.Errorf("got %d available after refunding the delayed retry; want %d (it was counted in the current slot)", got, before+1)
+	}
+}
