@@ -6,6 +6,8 @@ import (
 	"net"
 	"os/exec"
 	"strconv"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -113,3 +115,107 @@ func newBudget(t *testing.T, rdb redis.UniversalClient, key string, opts ...func
 }
 
 var _ = fmt.Sprint
+
+// pause stops the server's process (SIGSTOP): it accepts connections and
+// reads nothing, as a Redis stuck in a long command, a fork or a
+// partition would.
+func (s *redisServer) pause() {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// resume continues a paused server (SIGCONT).
+func (s *redisServer) resume() {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// latencyProxy forwards TCP connections to target, delaying every byte by
+// delay in each direction: a Redis one network hop away.
+type latencyProxy struct {
+	l     net.Listener
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func startLatencyProxy(t *testing.T, target string, delay time.Duration) *latencyProxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &latencyProxy{l: l}
+	p.wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			p.wg.Go(func() { delayed(up, c, delay) })
+			p.wg.Go(func() { delayed(c, up, delay) })
+		}
+	})
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *latencyProxy) addr() string { return p.l.Addr().String() }
+
+func (p *latencyProxy) close() {
+	p.l.Close()
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// delayed copies src to dst, each chunk written delay after it was read,
+// in order.
+func delayed(dst, src net.Conn, delay time.Duration) {
+	type chunk struct {
+		b  []byte
+		at time.Time
+	}
+	q := make(chan chunk, 1024)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for c := range q {
+			time.Sleep(time.Until(c.at))
+			if _, err := dst.Write(c.b); err != nil {
+				break
+			}
+		}
+		dst.Close()
+		for range q {
+		}
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			q <- chunk{b: append([]byte(nil), buf[:n]...), at: time.Now().Add(delay)}
+		}
+		if err != nil {
+			break
+		}
+	}
+	close(q)
+	<-done
+	src.Close()
+}
