@@ -142,6 +142,7 @@ type Budget struct {
 	reportMu  sync.Mutex // OnFallback and Logger calls, one at a time, in order
 
 	stats counters
+	out   atomic.Int64 // goroutines of calls still out (and the warm-up)
 }
 
 // A flight is one call to Redis, shared by every withdrawal that waits for
@@ -199,6 +200,7 @@ func New(opts Options) (*Budget, error) {
 	if b.fallback == nil {
 		b.fallback = retryhttp.NewBudget(int(opts.Capacity))
 	}
+	b.out.Add(1)
 	go b.warm()
 	return b, nil
 }
@@ -207,6 +209,7 @@ func New(opts Options) (*Budget, error) {
 // changes nothing else: a failure here is seen, and reported, by the first
 // call that needs Redis.
 func (b *Budget) warm() {
+	defer b.out.Add(-1)
 	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
 	defer cancel()
 	takeScript.Load(ctx, b.opts.Client)
@@ -376,7 +379,9 @@ func (b *Budget) start(need, want, end int64) *flight {
 	timer := time.AfterFunc(wait, func() {
 		b.land(f, 0, 0, fmt.Errorf("%w within %v", ErrTimeout, b.opts.Timeout))
 	})
+	b.out.Add(1)
 	go func() {
+		defer b.out.Add(-1)
 		defer cancel()
 		// The client's own context timeout may be off (go-redis's
 		// ContextTimeoutEnabled): the call then ends at its read timeout,

@@ -20,34 +20,40 @@ type redisServer struct {
 	t    *testing.T
 	port int
 	dir  string
+	args []string // more arguments for redis-server
 	cmd  *exec.Cmd
 }
 
 // startRedis starts a redis-server of the test's own. The package
 // redis-server must be installed (.ci/run installs it).
-func startRedis(t *testing.T) *redisServer {
+func startRedis(t *testing.T, args ...string) *redisServer {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("redis-server is not installed (apt-get install -y redis-server): %v", err)
 	}
+	s := &redisServer{t: t, port: freePort(t), dir: t.TempDir(), args: args}
+	s.start()
+	t.Cleanup(s.stop)
+	return s
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	s := &redisServer{t: t, port: port, dir: t.TempDir()}
-	s.start()
-	t.Cleanup(s.stop)
-	return s
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 func (s *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 
 func (s *redisServer) start() {
 	s.t.Helper()
-	s.cmd = exec.Command("redis-server", "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--dir", s.dir, "--save", "", "--appendonly", "no", "--enable-debug-command", "local")
+	s.cmd = exec.Command("redis-server", append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--dir", s.dir, "--save", "", "--appendonly", "no", "--enable-debug-command", "local"}, s.args...)...)
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatal(err)
 	}
