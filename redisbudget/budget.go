@@ -96,12 +96,13 @@ type Options struct {
 	// 100ms.
 	Timeout time.Duration
 	// RetryAfter is how long the budget uses its local fallback after a
-	// failed call to Redis before it tries Redis again. Zero means 1s.
+	// failed call to Redis before it tries Redis again, drawn at random
+	// between one and one and a half RetryAfter. Zero means 1s.
 	RetryAfter time.Duration
 	// Recheck is how long a process refuses retries locally after it saw
 	// the bucket hold too little for one, before it asks Redis again; it is
 	// also the least time between two calls that only carry deposits. Each
-	// wait is drawn at random between half and one and a half Recheck, so
+	// wait is drawn at random between one and one and a half Recheck, so
 	// that a fleet's processes do not ask together. Zero means 1s.
 	Recheck time.Duration
 	// TTL is how long the bucket lives in Redis after its last change; an
@@ -141,8 +142,9 @@ type Budget struct {
 	lastErr   atomic.Pointer[error]
 	reportMu  sync.Mutex // OnFallback and Logger calls, one at a time, in order
 
-	stats counters
-	out   atomic.Int64 // goroutines of calls still out (and the warm-up)
+	stats  counters
+	out    atomic.Int64  // goroutines of calls still out (and the warm-up)
+	warmed chan struct{} // closed when the warm-up is over, done or not
 }
 
 // A flight is one call to Redis, shared by every withdrawal that waits for
@@ -195,7 +197,7 @@ func New(opts Options) (*Budget, error) {
 	if opts.TTL <= 0 {
 		opts.TTL = DefaultTTL
 	}
-	b := &Budget{opts: opts, fallback: opts.Fallback, epoch: time.Now()}
+	b := &Budget{opts: opts, fallback: opts.Fallback, epoch: time.Now(), warmed: make(chan struct{})}
 	b.seen.Store(opts.Capacity) // a new bucket is full
 	if b.fallback == nil {
 		b.fallback = retryhttp.NewBudget(int(opts.Capacity))
@@ -210,6 +212,7 @@ func New(opts Options) (*Budget, error) {
 // call that needs Redis.
 func (b *Budget) warm() {
 	defer b.out.Add(-1)
+	defer close(b.warmed)
 	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
 	defer cancel()
 	takeScript.Load(ctx, b.opts.Client)
@@ -252,8 +255,9 @@ return {granted, t}
 // now is the time on the budget's monotonic clock.
 func (b *Budget) now() int64 { return int64(time.Since(b.epoch)) }
 
-// jitter draws a wait between half and one and a half d.
-func jitter(d time.Duration) int64 { return int64(d)/2 + rand.Int64N(int64(d)) }
+// jitter draws a wait between d and one and a half d: never more than one
+// call per d, and a fleet's processes spread out.
+func jitter(d time.Duration) int64 { return int64(d) + rand.Int64N(int64(d)/2+1) }
 
 // Deposit counts a first-try success locally; it reaches Redis with this
 // process's next call, or on its own once Recheck has passed since the
@@ -383,11 +387,21 @@ func (b *Budget) start(need, want, end int64) *flight {
 	go func() {
 		defer b.out.Add(-1)
 		defer cancel()
-		// The client's own context timeout may be off (go-redis's
-		// ContextTimeoutEnabled): the call then ends at its read timeout,
-		// after the flight has ended, and its answer still counts.
-		r, err := takeScript.Run(ctx, b.opts.Client, []string{b.opts.Key},
-			deposit, need, want, b.opts.Capacity, b.opts.TTL.Milliseconds()).Int64Slice()
+		// A call made during the warm-up waits for its connection rather
+		// than opening a second one.
+		var r []int64
+		var err error
+		select {
+		case <-b.warmed:
+			// The client's own context timeout may be off (go-redis's
+			// ContextTimeoutEnabled): the call then ends at its read
+			// timeout, after the flight has ended, and its answer still
+			// counts.
+			r, err = takeScript.Run(ctx, b.opts.Client, []string{b.opts.Key},
+				deposit, need, want, b.opts.Capacity, b.opts.TTL.Milliseconds()).Int64Slice()
+		case <-ctx.Done():
+			err = errNotSent
+		}
 		timer.Stop()
 		if err == nil && len(r) != 2 {
 			err = fmt.Errorf("redisbudget: unexpected reply %v", r)
@@ -469,8 +483,11 @@ func notApplied(err error) bool {
 	if errors.As(err, &op) && op.Op == "dial" {
 		return true
 	}
-	return errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed)
+	return errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed) || errors.Is(err, errNotSent)
 }
+
+// errNotSent is the cause of a call that timed out waiting for the warm-up.
+var errNotSent = fmt.Errorf("%w: still connecting", ErrTimeout)
 
 // paid is a payment from the lease.
 func (b *Budget) paid(cost int64) (retryhttp.Tokens, bool) {
@@ -591,7 +608,7 @@ func isBadData(err error) bool {
 // fallBack switches to the local bucket for RetryAfter; for the first
 // failure of a run of them it returns the report to make, outside b.mu.
 func (b *Budget) fallBack(now int64, err error) func() {
-	b.downUntil.Store(now + int64(b.opts.RetryAfter))
+	b.downUntil.Store(now + jitter(b.opts.RetryAfter))
 	b.lastErr.Store(&err)
 	if b.down.Swap(true) {
 		return nil
