@@ -43,6 +43,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,11 +67,13 @@ const (
 	// 50 ms).
 	DefaultTimeout = 100 * time.Millisecond
 	// DefaultRetryAfter is how long a fallback lasts before Redis is tried
-	// again: one call a second per process while Redis is unreachable.
+	// again: at most one call a second per process while Redis is
+	// unreachable.
 	DefaultRetryAfter = time.Second
 	// DefaultRecheck is how long a process that saw the bucket empty
-	// refuses locally before asking again: one call a second per process
-	// during an outage.
+	// refuses locally before asking again: at most one call a second per
+	// process during an outage, and retries back about a second after
+	// successes refill the bucket.
 	DefaultRecheck = time.Second
 	// DefaultTTL is how long an unused bucket lives.
 	DefaultTTL = time.Hour
@@ -105,6 +109,14 @@ type Options struct {
 	// wait is drawn at random between one and one and a half Recheck, so
 	// that a fleet's processes do not ask together. Zero means 1s.
 	Recheck time.Duration
+	// Shards splits the fleet's bucket into this many buckets of
+	// Capacity/Shards tokens each, under keys in different hash slots
+	// (ShardKey), so that a Redis Cluster spreads the budget's load over
+	// its shards. Each process draws from one of them, chosen at random
+	// when the Budget is made; together they hold Capacity tokens at most,
+	// so the fleet's bound is unchanged. A shard may refuse while another
+	// has tokens left. Zero or one means one bucket, under Key.
+	Shards int
 	// TTL is how long the bucket lives in Redis after its last change; an
 	// expired bucket starts full again. Zero means 1h.
 	TTL time.Duration
@@ -125,6 +137,8 @@ type Options struct {
 // safe for concurrent use.
 type Budget struct {
 	opts     Options
+	key      string // the bucket this process draws from: Key, or a shard's
+	capacity int64  // its capacity
 	fallback retryhttp.RetryBudget
 	epoch    time.Time // the clock's origin: times below are nanoseconds since
 
@@ -197,8 +211,14 @@ func New(opts Options) (*Budget, error) {
 	if opts.TTL <= 0 {
 		opts.TTL = DefaultTTL
 	}
-	b := &Budget{opts: opts, fallback: opts.Fallback, epoch: time.Now(), warmed: make(chan struct{})}
-	b.seen.Store(opts.Capacity) // a new bucket is full
+	b := &Budget{opts: opts, key: opts.Key, capacity: opts.Capacity, fallback: opts.Fallback, epoch: time.Now(), warmed: make(chan struct{})}
+	if opts.Shards > 1 {
+		b.key, b.capacity = ShardKey(opts.Key, rand.IntN(opts.Shards)), opts.Capacity/int64(opts.Shards)
+		if b.capacity < retryhttp.HedgeCost {
+			return nil, fmt.Errorf("redisbudget: a shard of %d tokens (Capacity/Shards) cannot pay for a hedge (%d)", b.capacity, retryhttp.HedgeCost)
+		}
+	}
+	b.seen.Store(b.capacity) // a new bucket is full
 	if b.fallback == nil {
 		b.fallback = retryhttp.NewBudget(int(opts.Capacity))
 	}
@@ -272,7 +292,7 @@ func (b *Budget) Deposit(success bool) {
 		b.fallback.Deposit(success)
 		return
 	}
-	if !success || b.deposits.Load() >= b.opts.Capacity-b.seen.Load() {
+	if !success || b.deposits.Load() >= b.capacity-b.seen.Load() {
 		return
 	}
 	b.deposits.Add(retryhttp.SuccessReward)
@@ -397,8 +417,8 @@ func (b *Budget) start(need, want, end int64) *flight {
 			// ContextTimeoutEnabled): the call then ends at its read
 			// timeout, after the flight has ended, and its answer still
 			// counts.
-			r, err = takeScript.Run(ctx, b.opts.Client, []string{b.opts.Key},
-				deposit, need, want, b.opts.Capacity, b.opts.TTL.Milliseconds()).Int64Slice()
+			r, err = takeScript.Run(ctx, b.opts.Client, []string{b.key},
+				deposit, need, want, b.capacity, b.opts.TTL.Milliseconds()).Int64Slice()
 		case <-ctx.Done():
 			err = errNotSent
 		}
@@ -582,16 +602,25 @@ func (b *Budget) StoreCalls() (calls, localRefusals int64) {
 	return b.stats.calls.Load(), b.stats.refused.Load()
 }
 
-// Tokens reads the fleet's bucket in Redis (a missing bucket is full), with
-// the budget's Timeout.
+// Tokens reads the bucket this process draws from in Redis (a missing
+// bucket is full), with the budget's Timeout.
 func (b *Budget) Tokens(ctx context.Context) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.opts.Timeout)
 	defer cancel()
-	v, err := b.opts.Client.HGet(ctx, b.opts.Key, "tokens").Int64()
+	v, err := b.opts.Client.HGet(ctx, b.key, "tokens").Int64()
 	if errors.Is(err, redis.Nil) {
-		return b.opts.Capacity, nil
+		return b.capacity, nil
 	}
 	return v, err
+}
+
+// ShardKey is the key of shard i of the bucket under key (Options.Shards).
+// Each shard's key is a hash tag of its own, so that shards land in
+// different hash slots of a Redis Cluster; braces in key become
+// parentheses, so that its own hash tag does not pin every shard to one
+// slot.
+func ShardKey(key string, i int) string {
+	return "{" + strings.NewReplacer("{", "(", "}", ")").Replace(key) + "#" + strconv.Itoa(i) + "}"
 }
 
 // isBadData reports whether err is Redis's answer to a key of the wrong
@@ -616,7 +645,7 @@ func (b *Budget) fallBack(now int64, err error) func() {
 	return func() {
 		if b.opts.Logger != nil {
 			b.opts.Logger.Warn("redisbudget: Redis unreachable, using the local fallback budget",
-				slog.String("key", b.opts.Key), slog.Duration("retry_after", b.opts.RetryAfter), slog.String("error", err.Error()))
+				slog.String("key", b.key), slog.Duration("retry_after", b.opts.RetryAfter), slog.String("error", err.Error()))
 		}
 		if b.opts.OnFallback != nil {
 			b.opts.OnFallback(err)
@@ -632,7 +661,7 @@ func (b *Budget) recovered() func() {
 	}
 	return func() {
 		if b.opts.Logger != nil {
-			b.opts.Logger.Info("redisbudget: back on Redis", slog.String("key", b.opts.Key))
+			b.opts.Logger.Info("redisbudget: back on Redis", slog.String("key", b.key))
 		}
 		if b.opts.OnFallback != nil {
 			b.opts.OnFallback(nil)

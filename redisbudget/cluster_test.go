@@ -99,9 +99,19 @@ func (c *redisCluster) owner(rdb *redis.ClusterClient, key string) *redisServer 
 func TestCluster(t *testing.T) {
 	c := startCluster(t)
 	const key = "retry-budget:{orders-api}"
-	b1 := newBudget(t, c.client(), key)
-	b2 := newBudget(t, c.client(), key)
-	other := newBudget(t, c.client(), "retry-budget:{billing-api}")
+	// The accounting is exact only without fallbacks: a loaded machine gets
+	// a generous Timeout, and any fallback is reported.
+	exact := func(o *Options) {
+		o.Timeout = time.Second
+		o.OnFallback = func(err error) {
+			if err != nil {
+				t.Errorf("fell back: %v", err)
+			}
+		}
+	}
+	b1 := newBudget(t, c.client(), key, exact)
+	b2 := newBudget(t, c.client(), key, exact)
+	other := newBudget(t, c.client(), "retry-budget:{billing-api}", exact)
 
 	t.Run("one bucket for the fleet", func(t *testing.T) {
 		var retries int
@@ -123,6 +133,44 @@ func TestCluster(t *testing.T) {
 		s1, s2 := rdb.ClusterKeySlot(context.Background(), key).Val(), rdb.ClusterKeySlot(context.Background(), "retry-budget:{billing-api}").Val()
 		if s1 != int64(redisSlot("orders-api")) || s1 == s2 {
 			t.Errorf("got slots %d and %d; want %d (the hash tag's) and another", s1, s2, redisSlot("orders-api"))
+		}
+	})
+
+	t.Run("shards spread over the nodes", func(t *testing.T) {
+		const shards = 3
+		rdb := c.client()
+		nodes := map[*redisServer]bool{}
+		for i := range shards {
+			nodes[c.owner(rdb, ShardKey(key, i))] = true
+		}
+		if len(nodes) < 2 {
+			t.Errorf("the %d shards of %q live on %d node(s); want them spread", shards, key, len(nodes))
+		}
+		var budgets []*Budget
+		used := map[string]bool{}
+		for range 9 {
+			b := newBudget(t, c.client(), key, exact, func(o *Options) { o.Shards = shards })
+			budgets = append(budgets, b)
+			used[b.key] = true
+		}
+		retries := 0
+		for more := true; more; {
+			more = false
+			for _, b := range budgets {
+				if _, ok := b.Withdraw(retryhttp.Transient); ok {
+					retries++
+					more = true
+				}
+			}
+		}
+		// Each shard holds 500/3 = 166 tokens: 11 retries.
+		if want := 11 * len(used); retries != want {
+			t.Errorf("got %d retries from %d shards in use; want %d (11 a shard, at most 35 for the fleet)", retries, len(used), want)
+		}
+		for k := range used {
+			if n := rdb.Exists(context.Background(), k).Val(); n != 1 {
+				t.Errorf("shard %s: not in the cluster", k)
+			}
 		}
 	})
 

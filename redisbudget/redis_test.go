@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"strconv"
 	"sync"
@@ -225,3 +226,14 @@ func delayed(dst, src net.Conn, delay time.Duration) {
 	<-done
 	src.Close()
 }
+
+func TestMain(m *testing.M) {
+	// go-redis logs every failed dial: the tests kill their servers on
+	// purpose, and the budget reports what matters itself.
+	redis.SetLogger(quietLog{})
+	os.Exit(m.Run())
+}
+
+type quietLog struct{}
+
+func (quietLog) Printf(context.Context, string, ...any) {}
