@@ -21,7 +21,12 @@
 //     without retrying it, by reason (attempts exhausted, retry budget
 //     exhausted, deadline too close, ...).
 //   - budget.tokens (observable gauge): the tokens in each instrumented
-//     Transport's budget.
+//     Transport's budget; budget.fallback (observable gauge): 1 while a
+//     shared budget pays from its local fallback.
+//   - budget.calls and budget.local_refusals (observable counters): a
+//     shared budget's calls to its store and the retries it refused without
+//     one, for budgets that report them (redisbudget's: a method
+//     StoreCalls() (calls, localRefusals int64)).
 //   - ratelimit.rate (observable gauge, permits per second), ratelimit.cuts
 //     and ratelimit.refused (observable counters): the state of each
 //     instrumented Transport's Limiter, if it has one; ratelimit.wait
@@ -53,6 +58,8 @@ type Metrics struct {
 	wait     metric.Float64Histogram
 	tokens   metric.Int64ObservableGauge
 	fallback metric.Int64ObservableGauge
+	calls    metric.Int64ObservableCounter
+	local    metric.Int64ObservableCounter
 	hedges   metric.Int64Counter
 	rate     metric.Float64ObservableGauge
 	cuts     metric.Int64ObservableCounter
@@ -92,6 +99,13 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 		metric.WithDescription("1 while a shared budget (redisbudget) pays from its local fallback because its store cannot be reached, else 0"),
 		metric.WithUnit("1"))
 	add(err)
+	m.calls, err = m.meter.Int64ObservableCounter("retryhttp.budget.calls",
+		metric.WithDescription("Calls a shared budget (redisbudget) made to its store"), metric.WithUnit("{call}"))
+	add(err)
+	m.local, err = m.meter.Int64ObservableCounter("retryhttp.budget.local_refusals",
+		metric.WithDescription("Retries a shared budget refused without calling its store, having seen it empty a moment before"),
+		metric.WithUnit("{retry}"))
+	add(err)
 	m.rate, err = m.meter.Float64ObservableGauge("retryhttp.ratelimit.rate",
 		metric.WithDescription("Send permits per second the Transport's RateLimiter allows; 0 while it is not limiting"), metric.WithUnit("{permit}/s"))
 	add(err)
@@ -107,11 +121,17 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	m.reg, err = m.meter.RegisterCallback(m.observe, m.tokens, m.fallback, m.rate, m.cuts, m.refused)
+	m.reg, err = m.meter.RegisterCallback(m.observe, m.tokens, m.fallback, m.calls, m.local, m.rate, m.cuts, m.refused)
 	if err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// storeCaller is a shared budget that reports its own load on its store
+// (redisbudget.Budget), without otelretry importing it.
+type storeCaller interface {
+	StoreCalls() (calls, localRefusals int64)
 }
 
 func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
@@ -126,6 +146,11 @@ func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
 			}
 		}
 		o.ObserveInt64(m.fallback, down, metric.WithAttributeSet(attrs))
+		if sb, ok := b.(storeCaller); ok {
+			calls, refused := sb.StoreCalls()
+			o.ObserveInt64(m.calls, calls, metric.WithAttributeSet(attrs))
+			o.ObserveInt64(m.local, refused, metric.WithAttributeSet(attrs))
+		}
 	}
 	for l, attrs := range m.limiters {
 		st := l.Stats()

@@ -177,6 +177,61 @@ func TestRateLimitMetrics(t *testing.T) {
 	})
 }
 
+// storeBudget is a shared budget as otelretry sees one (redisbudget's): it
+// reports its calls to its store and its local refusals. Here every
+// withdrawal is a call, and a refusal after an empty answer makes the next
+// withdrawal refuse locally, without one.
+type storeBudget struct {
+	*retryhttp.Budget
+	calls, local int64
+	empty        bool
+}
+
+func (b *storeBudget) Withdraw(c retryhttp.Class) (retryhttp.Tokens, bool) {
+	if b.empty {
+		b.local++
+		return retryhttp.Tokens{}, false
+	}
+	b.calls++
+	t, ok := b.Budget.Withdraw(c)
+	b.empty = !ok
+	return t, ok
+}
+
+func (b *storeBudget) StoreCalls() (calls, localRefusals int64) { return b.calls, b.local }
+
+func TestSharedBudgetMetrics(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, reader := newMetrics(t)
+		// Request 1: a retry paid (call 1), then one refused (call 2).
+		// Request 2: its retry refused without a call.
+		b := &storeBudget{Budget: retryhttp.NewBudget(retryhttp.RetryCost)}
+		tr := &retryhttp.Transport{Base: rht.NewTransport(rht.Status(503).Times(4)), Budget: b}
+		m.Instrument(tr, attribute.String("client", "orders"))
+		for range 2 {
+			req, _ := http.NewRequest("GET", "http://orders.test/", nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		}
+		got := collect(t, reader)
+		for name, want := range map[string]int64{"retryhttp.budget.calls": 2, "retryhttp.budget.local_refusals": 1} {
+			if v := sum(t, got[name], attribute.String("client", "orders")); v != want {
+				t.Errorf("%s: got %d; want %d", name, v, want)
+			}
+		}
+		// A budget that keeps no store reports neither.
+		plain := &retryhttp.Transport{Base: rht.NewTransport(rht.Status(200))}
+		m.Instrument(plain, attribute.String("client", "billing"))
+		got = collect(t, reader)
+		if n := len(got["retryhttp.budget.calls"].Data.(metricdata.Sum[int64]).DataPoints); n != 1 {
+			t.Errorf("budget.calls: got %d points; want 1, the shared budget's", n)
+		}
+	})
+}
+
 // TestGuideNames checks docs/guide-metrics.md against what the module
 // emits: every instrument in its table with exactly the attribute keys the
 // table lists, and the values its alert matches.
@@ -208,6 +263,17 @@ func TestGuideNames(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
+		// A shared budget that reports its store calls, so that the
+		// budget.calls and budget.local_refusals instruments are emitted.
+		shared := &retryhttp.Transport{Base: rht.NewTransport(rht.Status(503), rht.Status(200)),
+			Budget: &storeBudget{Budget: retryhttp.NewBudget(retryhttp.DefaultBudgetTokens)}}
+		m.Instrument(shared, attribute.String("client", "orders"))
+		req, _ = http.NewRequest("GET", "http://orders.test/", nil)
+		resp, err = shared.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
 		// A throttled Transport with a Limiter: a 429, then a request that
 		// waits for its permit, so that the ratelimit instruments are too.
 		limited := &retryhttp.Transport{Base: rht.NewTransport(rht.Status(429), rht.Status(200)),
@@ -225,8 +291,8 @@ func TestGuideNames(t *testing.T) {
 
 		row := regexp.MustCompile("(?m)^\\| `(retryhttp\\.[a-z_.]+)` \\| [^|]+ \\| ([^|]+) \\|")
 		rows := row.FindAllSubmatch(guide, -1)
-		if len(rows) != 12 {
-			t.Fatalf("got %d instrument rows in the guide; want 12", len(rows))
+		if len(rows) != 14 {
+			t.Fatalf("got %d instrument rows in the guide; want 14", len(rows))
 		}
 		for _, r := range rows {
 			name := string(r[1])

@@ -4,24 +4,31 @@
 // retries as one host would, not 10,000 times as many.
 //
 // The bucket follows the AWS SDKs' retry quota (retryhttp.Budget): a retry
-// costs 14 tokens (5 after throttling), a first-try success adds 1, a
-// successful retry gives its cost back. What changes is where the tokens
-// live and how often a process talks to Redis:
+// costs 14 tokens (5 after throttling, 28 for a hedged copy), a first-try
+// success adds 1, a successful retry gives its cost back. What changes is
+// where the tokens live and how often a process talks to Redis:
 //
 //   - The success path never waits for Redis: a first-try success is counted
-//     locally, and the count travels with the process's next call to Redis.
+//     locally, and the count travels with the process's next call to Redis,
+//     at most one call every Recheck when no retry needs one.
 //   - A retry takes its tokens from a local lease, refilled from Redis in
-//     batches (Lease tokens at a time): at most one Redis round trip per
-//     batch. Leased tokens are already taken from Redis, so leases cannot
-//     make the fleet overshoot the bucket; they can leave tokens unused in an
-//     idle process's lease (at most Lease−1 a process).
+//     batches (at least Lease tokens at a time, more when several retries
+//     wait): one Redis round trip per batch, shared by every retry that
+//     waits for it. Leased tokens are already taken from Redis, so leases
+//     cannot make the fleet overshoot the bucket; they can leave tokens
+//     unused in an idle process's lease.
+//   - A process that saw the bucket hold too little for a retry refuses
+//     retries locally, without asking Redis, for about Recheck: while the
+//     fleet's bucket is empty each process calls Redis about once a Recheck,
+//     whatever its request rate.
 //   - Take and refill run as one Lua script (EVALSHA), atomic across
 //     processes: no read-modify-write races between clients.
 //   - When Redis is down, slow, partitioned or holds bad data under the key,
-//     a call gives up after Timeout (a few milliseconds) and the budget falls
-//     back to a local token bucket for RetryAfter, then tries Redis again:
-//     a request is never held longer than Timeout, nothing panics, and
-//     go-redis reconnects by itself. OnFallback and Fallback report it.
+//     a withdrawal gives up after Timeout and the budget falls back to a
+//     local token bucket for RetryAfter, then tries Redis again: a
+//     withdrawal is never held much longer than Timeout, however many run at
+//     once, nothing panics, and go-redis reconnects by itself. OnFallback and
+//     Fallback report it.
 //
 // A Budget implements retryhttp.RetryBudget:
 //
@@ -34,6 +41,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,11 +55,28 @@ import (
 
 // Defaults, where an Options field is zero.
 const (
-	DefaultCapacity   = retryhttp.DefaultBudgetTokens
-	DefaultLease      = 2 * retryhttp.RetryCost // two transient retries
-	DefaultTimeout    = 5 * time.Millisecond
+	// DefaultCapacity is the AWS quota's bucket: 35 transient retries.
+	DefaultCapacity = retryhttp.DefaultBudgetTokens
+	// DefaultLease is two transient retries, or one hedge: a process that
+	// retries makes one Redis call per two retries at most.
+	DefaultLease = 2 * retryhttp.RetryCost
+	// DefaultTimeout leaves room for a Redis one network hop away (a
+	// round trip of a few milliseconds across availability zones), a
+	// connection the process had to open first, and a loaded host, while
+	// staying within the wait a retry makes anyway (its backoff starts at
+	// 50 ms).
+	DefaultTimeout = 100 * time.Millisecond
+	// DefaultRetryAfter is how long a fallback lasts before Redis is tried
+	// again: at most one call a second per process while Redis is
+	// unreachable.
 	DefaultRetryAfter = time.Second
-	DefaultTTL        = time.Hour
+	// DefaultRecheck is how long a process that saw the bucket empty
+	// refuses locally before asking again: at most one call a second per
+	// process during an outage, and retries back about a second after
+	// successes refill the bucket.
+	DefaultRecheck = time.Second
+	// DefaultTTL is how long an unused bucket lives.
+	DefaultTTL = time.Hour
 )
 
 // Options configure a Budget.
@@ -63,16 +91,33 @@ type Options struct {
 	// Capacity is the most tokens the bucket holds, and what a new (or
 	// expired) bucket starts with. Zero means 500.
 	Capacity int64
-	// Lease is how many tokens a process takes from Redis at once, when
-	// its local lease cannot pay for a retry. Zero means 28 (two transient
-	// retries); it is raised to a retry's cost when smaller.
+	// Lease is the least number of tokens a process takes from Redis at
+	// once, when its local lease cannot pay for a retry. Zero means 28
+	// (two transient retries). A call never takes less than the retry it
+	// pays for costs, nor more than the bucket holds.
 	Lease int64
-	// Timeout bounds each call to Redis. Zero means 5ms.
+	// Timeout bounds each withdrawal that has to ask Redis. Zero means
+	// 100ms.
 	Timeout time.Duration
 	// RetryAfter is how long the budget uses its local fallback after a
-	// failed call to Redis before it tries Redis again. Zero means 1s.
+	// failed call to Redis before it tries Redis again, drawn at random
+	// between one and one and a half RetryAfter. Zero means 1s.
 	RetryAfter time.Duration
-	// TTL is how long the bucket lives in Redis after its last use; an
+	// Recheck is how long a process refuses retries locally after it saw
+	// the bucket hold too little for one, before it asks Redis again; it is
+	// also the least time between two calls that only carry deposits. Each
+	// wait is drawn at random between one and one and a half Recheck, so
+	// that a fleet's processes do not ask together. Zero means 1s.
+	Recheck time.Duration
+	// Shards splits the fleet's bucket into this many buckets of
+	// Capacity/Shards tokens each, under keys in different hash slots
+	// (ShardKey), so that a Redis Cluster spreads the budget's load over
+	// its shards. Each process draws from one of them, chosen at random
+	// when the Budget is made; together they hold Capacity tokens at most,
+	// so the fleet's bound is unchanged. A shard may refuse while another
+	// has tokens left. Zero or one means one bucket, under Key.
+	Shards int
+	// TTL is how long the bucket lives in Redis after its last change; an
 	// expired bucket starts full again. Zero means 1h.
 	TTL time.Duration
 	// Fallback pays for retries while Redis cannot be reached. Nil means a
@@ -80,8 +125,8 @@ type Options struct {
 	Fallback retryhttp.RetryBudget
 	// OnFallback, if not nil, is called when the budget falls back to its
 	// local bucket (err is why) and when it is back on Redis (err is nil).
-	// It is called once per change, on the goroutine of the retry that saw
-	// it, and must not block.
+	// It is called once per change, before any withdrawal that waited for
+	// the call that saw it returns, and must not block.
 	OnFallback func(err error)
 	// Logger, if not nil, gets a Warn line when the budget falls back and
 	// an Info line when it is back on Redis.
@@ -92,16 +137,41 @@ type Options struct {
 // safe for concurrent use.
 type Budget struct {
 	opts     Options
+	key      string // the bucket this process draws from: Key, or a shard's
+	capacity int64  // its capacity
 	fallback retryhttp.RetryBudget
+	epoch    time.Time // the clock's origin: times below are nanoseconds since
 
 	lease    atomic.Int64 // tokens taken from Redis and not yet spent
 	deposits atomic.Int64 // first-try successes not yet sent
-	seen     atomic.Int64 // the bucket's tokens at this process's last refill
+	seen     atomic.Int64 // the bucket's tokens at this process's last call
+	next     atomic.Int64 // before it, a bucket seen too low is not asked again
 
-	mu        sync.Mutex // one refill at a time
+	mu      sync.Mutex
+	fl      *flight // the call to Redis in progress, if any
+	waiting int64   // tokens wanted by the withdrawals waiting for a call
+
 	downUntil atomic.Int64
 	down      atomic.Bool
 	lastErr   atomic.Pointer[error]
+	reportMu  sync.Mutex // OnFallback and Logger calls, one at a time, in order
+
+	stats  counters
+	out    atomic.Int64  // goroutines of calls still out (and the warm-up)
+	warmed chan struct{} // closed when the warm-up is over, done or not
+}
+
+// A flight is one call to Redis, shared by every withdrawal that waits for
+// it. done is closed when the call answered or its Timeout passed; the
+// call's goroutine settles its deposits either way.
+type flight struct {
+	done chan struct{}
+	end  int64 // on the budget's clock: done is closed by then
+	over bool  // done is closed (under Budget.mu)
+}
+
+type counters struct {
+	calls, failures, refused, fallbackPaid, taken, credited, dropped atomic.Int64
 }
 
 var _ retryhttp.RetryBudget = (*Budget)(nil)
@@ -110,7 +180,12 @@ var _ retryhttp.RetryBudget = (*Budget)(nil)
 // a budget (another type, or a hash whose fields are not numbers).
 var ErrBadData = errors.New("redisbudget: the key does not hold a retry budget")
 
-// New returns a Budget. It does not talk to Redis until the first retry.
+// ErrTimeout is the cause reported when Redis did not answer within Timeout.
+var ErrTimeout = errors.New("redisbudget: no answer from Redis")
+
+// New returns a Budget. It starts connecting to Redis and loading the
+// budget's script in the background, so that a new process's first retry
+// does not pay for the connection; nothing waits for that.
 func New(opts Options) (*Budget, error) {
 	if opts.Client == nil {
 		return nil, errors.New("redisbudget: Options.Client is nil")
@@ -124,52 +199,89 @@ func New(opts Options) (*Budget, error) {
 	if opts.Lease <= 0 {
 		opts.Lease = DefaultLease
 	}
-	opts.Lease = max(opts.Lease, retryhttp.RetryCost)
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
 	if opts.RetryAfter <= 0 {
 		opts.RetryAfter = DefaultRetryAfter
 	}
+	if opts.Recheck <= 0 {
+		opts.Recheck = DefaultRecheck
+	}
 	if opts.TTL <= 0 {
 		opts.TTL = DefaultTTL
 	}
-	b := &Budget{opts: opts, fallback: opts.Fallback}
-	b.seen.Store(opts.Capacity) // a new bucket is full
+	b := &Budget{opts: opts, key: opts.Key, capacity: opts.Capacity, fallback: opts.Fallback, epoch: time.Now(), warmed: make(chan struct{})}
+	if opts.Shards > 1 {
+		b.key, b.capacity = ShardKey(opts.Key, rand.IntN(opts.Shards)), opts.Capacity/int64(opts.Shards)
+		if b.capacity < retryhttp.HedgeCost {
+			return nil, fmt.Errorf("redisbudget: a shard of %d tokens (Capacity/Shards) cannot pay for a hedge (%d)", b.capacity, retryhttp.HedgeCost)
+		}
+	}
+	b.seen.Store(b.capacity) // a new bucket is full
 	if b.fallback == nil {
 		b.fallback = retryhttp.NewBudget(int(opts.Capacity))
 	}
+	b.out.Add(1)
+	go b.warm()
 	return b, nil
 }
 
-// takeScript takes between need and lease tokens (as many as the bucket
-// holds, up to lease; none if it holds less than need) after adding the
-// caller's pending deposits, in one atomic step. A missing bucket starts
-// full. KEYS[1] the bucket; ARGV: deposit, need, lease, capacity, ttl (ms).
-// It returns the tokens granted and the tokens left.
+// warm opens a connection and loads the script, off any retry's path. It
+// changes nothing else: a failure here is seen, and reported, by the first
+// call that needs Redis.
+func (b *Budget) warm() {
+	defer b.out.Add(-1)
+	defer close(b.warmed)
+	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
+	defer cancel()
+	takeScript.Load(ctx, b.opts.Client)
+}
+
+// warmTimeout bounds the background warm-up: a connection and a SCRIPT LOAD.
+const warmTimeout = 5 * time.Second
+
+// takeScript adds the caller's deposits (never above the capacity), then,
+// if need > 0 and the bucket holds need tokens, grants as many as it holds
+// up to max(want, need), in one atomic step. A missing bucket starts full.
+// It writes only what changed. KEYS[1] the bucket; ARGV: deposit, need,
+// want, capacity, ttl (ms). It returns the tokens granted and the tokens
+// left.
 var takeScript = redis.NewScript(`
-local t = redis.call('HGET', KEYS[1], 'tokens')
+local raw = redis.call('HGET', KEYS[1], 'tokens')
 local cap = tonumber(ARGV[4])
-if t == false then
+local t
+if raw == false then
   t = cap
 else
-  t = tonumber(t)
+  t = tonumber(raw)
   if t == nil then return redis.error_reply('BADDATA tokens is not a number') end
 end
+local before = t
 t = math.min(cap, t + tonumber(ARGV[1]))
-local need, lease = tonumber(ARGV[2]), tonumber(ARGV[3])
+local need, want = tonumber(ARGV[2]), tonumber(ARGV[3])
 local granted = 0
-if t >= need then
-  granted = math.min(t, lease)
+if need > 0 and t >= need then
+  granted = math.min(t, math.max(want, need))
   t = t - granted
 end
-redis.call('HSET', KEYS[1], 'tokens', t)
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
+if raw == false or t ~= before then
+  redis.call('HSET', KEYS[1], 'tokens', t)
+  redis.call('PEXPIRE', KEYS[1], ARGV[5])
+end
 return {granted, t}
 `)
 
+// now is the time on the budget's monotonic clock.
+func (b *Budget) now() int64 { return int64(time.Since(b.epoch)) }
+
+// jitter draws a wait between d and one and a half d: never more than one
+// call per d, and a fleet's processes spread out.
+func jitter(d time.Duration) int64 { return int64(d) + rand.Int64N(int64(d)/2+1) }
+
 // Deposit counts a first-try success locally; it reaches Redis with this
-// process's next refill. The success path never talks to Redis.
+// process's next call, or on its own once Recheck has passed since the
+// last one. The success path never waits for Redis.
 //
 // A success counts only up to the room the bucket had when this process
 // last saw it: a full bucket drops deposits, as the AWS quota does, and
@@ -180,15 +292,26 @@ func (b *Budget) Deposit(success bool) {
 		b.fallback.Deposit(success)
 		return
 	}
-	if success && b.deposits.Load() < b.opts.Capacity-b.seen.Load() {
-		b.deposits.Add(retryhttp.SuccessReward)
+	if !success || b.deposits.Load() >= b.capacity-b.seen.Load() {
+		return
+	}
+	b.deposits.Add(retryhttp.SuccessReward)
+	if now := b.now(); now >= b.next.Load() && b.mu.TryLock() {
+		if b.fl == nil && now >= b.next.Load() {
+			b.start(0, 0, now+int64(b.opts.Timeout)) // the deposits travel alone
+		}
+		b.mu.Unlock()
 	}
 }
 
-// Withdraw pays for a retry from the local lease, refilling it from Redis
-// when it cannot pay (one round trip, bounded by Timeout). When Redis
-// cannot be reached, the local fallback pays, and the budget says so. The
-// Tokens name who paid: a refund goes back to the lease (the fleet's
+// Withdraw pays for a retry from the local lease. When the lease cannot pay
+// it asks Redis for a batch, sharing the call with every withdrawal of this
+// process that waits at the same time, and returns within about Timeout:
+// when Redis does not answer in time, or cannot be reached, the local
+// fallback pays. A process that saw the bucket hold too little less than
+// about Recheck ago refuses at once, without asking.
+//
+// The Tokens name who paid: a refund goes back to the lease (the fleet's
 // tokens) or to the fallback, whichever paid, whatever the budget uses by
 // the time of the refund.
 func (b *Budget) Withdraw(c retryhttp.Class) (retryhttp.Tokens, bool) {
@@ -196,30 +319,208 @@ func (b *Budget) Withdraw(c retryhttp.Class) (retryhttp.Tokens, bool) {
 	if b.takeLease(cost) {
 		return b.paid(cost)
 	}
-	if b.inFallback() {
-		return b.fallback.Withdraw(c)
+	var deadline int64
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for round := 0; ; round++ {
+		now := b.now()
+		if round == 0 {
+			deadline = now + int64(b.opts.Timeout)
+		}
+		switch {
+		case b.down.Load() && now < b.downUntil.Load():
+			return b.fromFallback(c)
+		case b.seen.Load() < cost && now < b.next.Load():
+			b.stats.refused.Add(1) // the bucket was too low a moment ago
+			return retryhttp.Tokens{}, false
+		case now >= deadline:
+			// Calls answered, but others took their tokens first: this one
+			// has waited its Timeout.
+			return b.fromFallback(c)
+		}
+		b.mu.Lock()
+		if b.takeLease(cost) { // a call answered meanwhile
+			b.mu.Unlock()
+			return b.paid(cost)
+		}
+		f := b.fl
+		if f == nil {
+			// A call gets its full Timeout; the first one this withdrawal
+			// makes ends when the withdrawal's own time does.
+			end := now + int64(b.opts.Timeout)
+			if round == 0 {
+				end = deadline
+			}
+			f = b.start(cost, b.waiting+cost, end)
+		}
+		b.waiting += cost
+		b.mu.Unlock()
+		if f.end <= deadline {
+			<-f.done // it ends in time: its own timer sees to that
+		} else {
+			if timer == nil {
+				timer = time.NewTimer(time.Duration(deadline - b.now()))
+			}
+			select {
+			case <-f.done:
+			case <-timer.C:
+				// A call that started after this withdrawal is still out:
+				// the fallback pays for this one.
+				b.mu.Lock()
+				b.waiting -= cost
+				b.mu.Unlock()
+				return b.fromFallback(c)
+			}
+		}
+		b.mu.Lock()
+		b.waiting -= cost
+		b.mu.Unlock()
+		if b.takeLease(cost) {
+			return b.paid(cost)
+		}
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.takeLease(cost) { // another retry refilled it meanwhile
-		return b.paid(cost)
-	}
-	granted, err := b.refill(cost)
-	if err != nil {
-		b.fallBack(err)
-		return b.fallback.Withdraw(c)
-	}
-	b.recovered()
-	if granted == 0 {
-		return retryhttp.Tokens{}, false
-	}
-	b.lease.Add(granted - cost)
-	return b.paid(cost)
 }
+
+// start sends a call to Redis with this process's pending deposits, asking
+// for want tokens if the bucket holds need (none for a call that only
+// carries deposits). The caller holds b.mu. The call runs on a goroutine of
+// its own; its flight ends when it answers or at end, whichever comes
+// first.
+func (b *Budget) start(need, want, end int64) *flight {
+	if need > 0 {
+		want = max(want, b.opts.Lease, need)
+	}
+	f := &flight{done: make(chan struct{}), end: end}
+	b.fl = f
+	deposit := b.deposits.Swap(0)
+	b.stats.calls.Add(1)
+	wait := time.Duration(end - b.now())
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	timer := time.AfterFunc(wait, func() {
+		b.land(f, 0, 0, fmt.Errorf("%w within %v", ErrTimeout, b.opts.Timeout))
+	})
+	b.out.Add(1)
+	go func() {
+		defer b.out.Add(-1)
+		defer cancel()
+		// A call made during the warm-up waits for its connection rather
+		// than opening a second one.
+		var r []int64
+		var err error
+		select {
+		case <-b.warmed:
+			// The client's own context timeout may be off (go-redis's
+			// ContextTimeoutEnabled): the call then ends at its read
+			// timeout, after the flight has ended, and its answer still
+			// counts.
+			r, err = takeScript.Run(ctx, b.opts.Client, []string{b.key},
+				deposit, need, want, b.capacity, b.opts.TTL.Milliseconds()).Int64Slice()
+		case <-ctx.Done():
+			err = errNotSent
+		}
+		timer.Stop()
+		if err == nil && len(r) != 2 {
+			err = fmt.Errorf("redisbudget: unexpected reply %v", r)
+		}
+		if err != nil && isBadData(err) {
+			err = fmt.Errorf("%w: %w", ErrBadData, err)
+		}
+		// The deposits' fate is known here, once: credited, not applied
+		// (sent again with the next call), or unknown (dropped).
+		switch {
+		case err == nil:
+			b.stats.credited.Add(deposit)
+		case notApplied(err):
+			b.deposits.Add(deposit)
+		default:
+			// Redis may still run the script, late: sending these
+			// deposits again could credit them twice.
+			b.stats.dropped.Add(deposit)
+		}
+		if err != nil {
+			b.land(f, 0, 0, err)
+			return
+		}
+		b.land(f, r[0], r[1], nil)
+	}()
+	return f
+}
+
+// land ends a flight with the call's answer (err nil) or its failure. Tokens
+// granted always land in the lease, even after the flight ended: they were
+// taken from the bucket, and stay the fleet's. Only the first end of a
+// flight changes whether the budget uses Redis or its fallback.
+func (b *Budget) land(f *flight, granted, left int64, err error) {
+	b.mu.Lock()
+	if err == nil {
+		b.lease.Add(granted)
+		b.stats.taken.Add(granted)
+		b.seen.Store(left)
+	}
+	if f.over {
+		b.mu.Unlock()
+		return
+	}
+	f.over = true
+	if b.fl == f {
+		b.fl = nil
+	}
+	now := b.now()
+	var report func()
+	if err != nil {
+		b.stats.failures.Add(1)
+		report = b.fallBack(now, err)
+	} else {
+		b.next.Store(now + jitter(b.opts.Recheck))
+		report = b.recovered()
+	}
+	if report != nil {
+		// Reports keep the order of the changes: the next one waits for
+		// this one, and the withdrawals that waited see it made.
+		b.reportMu.Lock()
+		b.mu.Unlock()
+		report()
+		b.reportMu.Unlock()
+	} else {
+		b.mu.Unlock()
+	}
+	close(f.done)
+}
+
+// notApplied reports whether a failed call certainly did not change the
+// bucket: Redis answered with an error (the script writes nothing before it
+// could fail), or the command was never sent (no connection).
+func notApplied(err error) bool {
+	var re redis.Error
+	if errors.As(err, &re) {
+		return true
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	return errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed) || errors.Is(err, errNotSent)
+}
+
+// errNotSent is the cause of a call that timed out waiting for the warm-up.
+var errNotSent = fmt.Errorf("%w: still connecting", ErrTimeout)
 
 // paid is a payment from the lease.
 func (b *Budget) paid(cost int64) (retryhttp.Tokens, bool) {
 	return retryhttp.Tokens{Cost: cost, Payer: (*lease)(b)}, true
+}
+
+// fromFallback is a payment from the fallback, whose Tokens name it.
+func (b *Budget) fromFallback(c retryhttp.Class) (retryhttp.Tokens, bool) {
+	t, ok := b.fallback.Withdraw(c)
+	if ok {
+		b.stats.fallbackPaid.Add(1)
+	}
+	return t, ok
 }
 
 // takeLease takes cost tokens from the local lease if it holds them.
@@ -263,68 +564,63 @@ func (b *Budget) Fallback() (bool, error) {
 	return true, nil
 }
 
-// Tokens reads the fleet's bucket in Redis (a missing bucket is full), with
-// the budget's Timeout.
+// Stats are a Budget's counts since New.
+type Stats struct {
+	// Calls is how many script calls the budget sent to Redis: refills, and
+	// deposits that travelled alone.
+	Calls int64
+	// Failures is how many of them failed or did not answer within Timeout.
+	Failures int64
+	// LocalRefusals is how many retries were refused without a call,
+	// because this process had seen the bucket too low less than about
+	// Recheck before.
+	LocalRefusals int64
+	// FallbackPayments is how many retries the fallback paid for.
+	FallbackPayments int64
+	// Taken is how many tokens this process took from the fleet's bucket
+	// into its lease.
+	Taken int64
+	// Credited is how many deposits Redis confirmed it added.
+	Credited int64
+	// Dropped is how many deposits were in calls whose fate is unknown (no
+	// answer in time): Redis may or may not have added them, and they are
+	// not sent again, so that none is added twice.
+	Dropped int64
+}
+
+// Stats reports the budget's counts.
+func (b *Budget) Stats() Stats {
+	s := &b.stats
+	return Stats{Calls: s.calls.Load(), Failures: s.failures.Load(), LocalRefusals: s.refused.Load(),
+		FallbackPayments: s.fallbackPaid.Load(), Taken: s.taken.Load(), Credited: s.credited.Load(), Dropped: s.dropped.Load()}
+}
+
+// StoreCalls reports the calls the budget made to Redis and the retries it
+// refused without one: the budget's own load on its store, as otelretry
+// reads it.
+func (b *Budget) StoreCalls() (calls, localRefusals int64) {
+	return b.stats.calls.Load(), b.stats.refused.Load()
+}
+
+// Tokens reads the bucket this process draws from in Redis (a missing
+// bucket is full), with the budget's Timeout.
 func (b *Budget) Tokens(ctx context.Context) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.opts.Timeout)
 	defer cancel()
-	v, err := b.opts.Client.HGet(ctx, b.opts.Key, "tokens").Int64()
+	v, err := b.opts.Client.HGet(ctx, b.key, "tokens").Int64()
 	if errors.Is(err, redis.Nil) {
-		return b.opts.Capacity, nil
+		return b.capacity, nil
 	}
 	return v, err
 }
 
-// refill runs the take script with this process's pending deposits. The
-// call is bounded by Timeout whatever the client's own timeouts: it runs on
-// a goroutine of its own, and a late answer still lands in the lease (its
-// tokens were taken from Redis; losing them would waste them).
-func (b *Budget) refill(need int64) (granted int64, err error) {
-	deposit := b.deposits.Swap(0)
-	type result struct {
-		granted int64
-		err     error
-	}
-	done := make(chan result, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), b.opts.Timeout)
-	defer cancel()
-	late := &atomic.Bool{}
-	go func() {
-		// The client's own context timeout may be off (go-redis's
-		// ContextTimeoutEnabled): the call then ends at its read timeout.
-		r, err := takeScript.Run(ctx, b.opts.Client, []string{b.opts.Key},
-			deposit, need, b.opts.Lease, b.opts.Capacity, b.opts.TTL.Milliseconds()).Int64Slice()
-		res := result{err: err}
-		if err == nil && len(r) == 2 {
-			res.granted = r[0]
-			b.seen.Store(r[1])
-		} else if err == nil {
-			res.err = fmt.Errorf("redisbudget: unexpected reply %v", r)
-		}
-		if res.err != nil && isBadData(res.err) {
-			res.err = fmt.Errorf("%w: %v", ErrBadData, res.err)
-		}
-		if late.Swap(true) && res.err == nil {
-			b.lease.Add(res.granted) // the caller gave up: keep the tokens
-		}
-		done <- res
-	}()
-	timer := time.NewTimer(b.opts.Timeout)
-	defer timer.Stop()
-	select {
-	case res := <-done:
-		if res.err != nil {
-			b.deposits.Add(deposit) // not delivered: send it next time
-		}
-		return res.granted, res.err
-	case <-timer.C:
-		if late.Swap(true) {
-			res := <-done // it answered just now
-			return res.granted, res.err
-		}
-		b.deposits.Add(deposit)
-		return 0, fmt.Errorf("redisbudget: no answer from Redis within %v", b.opts.Timeout)
-	}
+// ShardKey is the key of shard i of the bucket under key (Options.Shards).
+// Each shard's key is a hash tag of its own, so that shards land in
+// different hash slots of a Redis Cluster; braces in key become
+// parentheses, so that its own hash tag does not pin every shard to one
+// slot.
+func ShardKey(key string, i int) string {
+	return "{" + strings.NewReplacer("{", "(", "}", ")").Replace(key) + "#" + strconv.Itoa(i) + "}"
 }
 
 // isBadData reports whether err is Redis's answer to a key of the wrong
@@ -338,22 +634,18 @@ func isBadData(err error) bool {
 	return len(msg) >= 9 && (msg[:9] == "WRONGTYPE" || msg[:7] == "BADDATA")
 }
 
-func (b *Budget) inFallback() bool {
-	if !b.down.Load() {
-		return false
-	}
-	return time.Now().UnixNano() < b.downUntil.Load()
-}
-
-// fallBack switches to the local bucket for RetryAfter, reporting the first
-// failure of a run of them.
-func (b *Budget) fallBack(err error) {
-	b.downUntil.Store(time.Now().Add(b.opts.RetryAfter).UnixNano())
+// fallBack switches to the local bucket for RetryAfter; for the first
+// failure of a run of them it returns the report to make, outside b.mu.
+func (b *Budget) fallBack(now int64, err error) func() {
+	b.downUntil.Store(now + jitter(b.opts.RetryAfter))
 	b.lastErr.Store(&err)
-	if !b.down.Swap(true) {
+	if b.down.Swap(true) {
+		return nil
+	}
+	return func() {
 		if b.opts.Logger != nil {
 			b.opts.Logger.Warn("redisbudget: Redis unreachable, using the local fallback budget",
-				slog.String("key", b.opts.Key), slog.Duration("retry_after", b.opts.RetryAfter), slog.String("error", err.Error()))
+				slog.String("key", b.key), slog.Duration("retry_after", b.opts.RetryAfter), slog.String("error", err.Error()))
 		}
 		if b.opts.OnFallback != nil {
 			b.opts.OnFallback(err)
@@ -361,11 +653,15 @@ func (b *Budget) fallBack(err error) {
 	}
 }
 
-// recovered switches back to Redis after a successful call.
-func (b *Budget) recovered() {
-	if b.down.Swap(false) {
+// recovered switches back to Redis after a call that answered; it returns
+// the report to make, outside b.mu, if the budget was falling back.
+func (b *Budget) recovered() func() {
+	if !b.down.Swap(false) {
+		return nil
+	}
+	return func() {
 		if b.opts.Logger != nil {
-			b.opts.Logger.Info("redisbudget: back on Redis", slog.String("key", b.opts.Key))
+			b.opts.Logger.Info("redisbudget: back on Redis", slog.String("key", b.key))
 		}
 		if b.opts.OnFallback != nil {
 			b.opts.OnFallback(nil)

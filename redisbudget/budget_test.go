@@ -301,3 +301,21 @@ func TestTransportHookSeesTheFallback(t *testing.T) {
 		t.Errorf("got attempts %v; want 3, the first a retry paid by the fallback (BudgetFallback)", seen)
 	}
 }
+
+func TestShardKey(t *testing.T) {
+	for _, tc := range []struct {
+		key  string
+		i    int
+		want string
+	}{
+		{"retry-budget:{orders-api}", 2, "{retry-budget:(orders-api)#2}"},
+		{"fleet", 0, "{fleet#0}"},
+	} {
+		if got := ShardKey(tc.key, tc.i); got != tc.want {
+			t.Errorf("ShardKey(%q, %d): got %q; want %q", tc.key, tc.i, got, tc.want)
+		}
+	}
+	if _, err := New(Options{Client: redis.NewClient(&redis.Options{}), Key: "k", Capacity: 100, Shards: 4}); err == nil {
+		t.Error("4 shards of 25 tokens: got no error; want one (a shard cannot pay for a hedge)")
+	}
+}

@@ -9,6 +9,7 @@ replace github.com/herdproof/retryhttp => ../
 require (
 	github.com/herdproof/retryhttp v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (

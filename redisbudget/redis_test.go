@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"strconv"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,34 +21,40 @@ type redisServer struct {
 	t    *testing.T
 	port int
 	dir  string
+	args []string // more arguments for redis-server
 	cmd  *exec.Cmd
 }
 
 // startRedis starts a redis-server of the test's own. The package
 // redis-server must be installed (.ci/run installs it).
-func startRedis(t *testing.T) *redisServer {
+func startRedis(t *testing.T, args ...string) *redisServer {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("redis-server is not installed (apt-get install -y redis-server): %v", err)
 	}
+	s := &redisServer{t: t, port: freePort(t), dir: t.TempDir(), args: args}
+	s.start()
+	t.Cleanup(s.stop)
+	return s
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	s := &redisServer{t: t, port: port, dir: t.TempDir()}
-	s.start()
-	t.Cleanup(s.stop)
-	return s
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 func (s *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 
 func (s *redisServer) start() {
 	s.t.Helper()
-	s.cmd = exec.Command("redis-server", "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--dir", s.dir, "--save", "", "--appendonly", "no", "--enable-debug-command", "local")
+	s.cmd = exec.Command("redis-server", append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--dir", s.dir, "--save", "", "--appendonly", "no", "--enable-debug-command", "local"}, s.args...)...)
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatal(err)
 	}
@@ -113,3 +122,118 @@ func newBudget(t *testing.T, rdb redis.UniversalClient, key string, opts ...func
 }
 
 var _ = fmt.Sprint
+
+// pause stops the server's process (SIGSTOP): it accepts connections and
+// reads nothing, as a Redis stuck in a long command, a fork or a
+// partition would.
+func (s *redisServer) pause() {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// resume continues a paused server (SIGCONT).
+func (s *redisServer) resume() {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// latencyProxy forwards TCP connections to target, delaying every byte by
+// delay in each direction: a Redis one network hop away.
+type latencyProxy struct {
+	l     net.Listener
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func startLatencyProxy(t *testing.T, target string, delay time.Duration) *latencyProxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &latencyProxy{l: l}
+	p.wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			p.wg.Go(func() { delayed(up, c, delay) })
+			p.wg.Go(func() { delayed(c, up, delay) })
+		}
+	})
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *latencyProxy) addr() string { return p.l.Addr().String() }
+
+func (p *latencyProxy) close() {
+	p.l.Close()
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// delayed copies src to dst, each chunk written delay after it was read,
+// in order.
+func delayed(dst, src net.Conn, delay time.Duration) {
+	type chunk struct {
+		b  []byte
+		at time.Time
+	}
+	q := make(chan chunk, 1024)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for c := range q {
+			time.Sleep(time.Until(c.at))
+			if _, err := dst.Write(c.b); err != nil {
+				break
+			}
+		}
+		dst.Close()
+		for range q {
+		}
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			q <- chunk{b: append([]byte(nil), buf[:n]...), at: time.Now().Add(delay)}
+		}
+		if err != nil {
+			break
+		}
+	}
+	close(q)
+	<-done
+	src.Close()
+}
+
+func TestMain(m *testing.M) {
+	// go-redis logs every failed dial: the tests kill their servers on
+	// purpose, and the budget reports what matters itself.
+	redis.SetLogger(quietLog{})
+	os.Exit(m.Run())
+}
+
+type quietLog struct{}
+
+func (quietLog) Printf(context.Context, string, ...any) {}

@@ -5,10 +5,11 @@
 // rate. It runs the same traffic twice: once with a private 500-token budget
 // per client, once with one budget shared through Redis.
 //
-//	cd redisbudget && go run ./examples/fleet          # a table
-//	cd redisbudget && go run ./examples/fleet -json    # one JSON object
+//	cd redisbudget && go run ./examples/fleet                            # a table
+//	cd redisbudget && go run ./examples/fleet -json                      # one JSON object
+//	cd redisbudget && go run ./examples/fleet -out ../docs/fleet.json    # the table, and the JSON saved
 //
-// See docs/fleet.md.
+// The fleet's budgets use redisbudget's default Options. See docs/fleet.md.
 package main
 
 import (
@@ -46,12 +47,34 @@ type stats struct {
 	Retries            int64   `json:"retries"`
 	Requests           int64   `json:"requests"`
 	AttemptsPerRequest float64 `json:"attempts_per_request"`
-	Overshoot          *int64  `json:"overshoot,omitempty"`
-	Fallbacks          *int64  `json:"fallbacks,omitempty"`
+	// The shared budget's: retries beyond one bucket's drain, fallbacks
+	// (reported by OnFallback), retries the fallbacks paid, calls to Redis
+	// and retries refused without one (redisbudget.Stats).
+	Overshoot        *int64 `json:"overshoot,omitempty"`
+	Fallbacks        *int64 `json:"fallbacks,omitempty"`
+	FallbackPayments *int64 `json:"fallback_payments,omitempty"`
+	RedisCalls       *int64 `json:"redis_calls,omitempty"`
+	LocalRefusals    *int64 `json:"local_refusals,omitempty"`
+}
+
+// report is the run's JSON: the command that made it, its traffic, and
+// what it measured.
+type report struct {
+	Command       string  `json:"command"`
+	Redis         string  `json:"redis"`
+	Clients       int     `json:"clients"`
+	Rate          float64 `json:"rate_per_client"`
+	WarmSeconds   float64 `json:"warm_seconds"`
+	OutageSeconds float64 `json:"outage_seconds"`
+	RecoverSecs   float64 `json:"recover_seconds"`
+	Drain         int64   `json:"drain"` // one bucket's retries: capacity / retry cost
+	Private       stats   `json:"private"`
+	Fleet         stats   `json:"fleet"`
 }
 
 func main() {
 	asJSON := flag.Bool("json", false, "print one JSON object")
+	out := flag.String("out", "", "also write the JSON object to this file")
 	cfg := config{}
 	flag.IntVar(&cfg.Clients, "clients", 20, "clients, each with its own Transport and Redis connection")
 	flag.Float64Var(&cfg.Rate, "rate", 20, "requests a second, per client")
@@ -59,6 +82,9 @@ func main() {
 	flag.DurationVar(&cfg.Outage, "outage", 10*time.Second, "the outage")
 	flag.DurationVar(&cfg.Recover, "recover", 3*time.Second, "healthy time after the outage")
 	flag.Parse()
+	// go-redis logs every failed dial; with Redis unreachable that is a
+	// line per retry, and the budget reports its fallbacks itself.
+	redis.SetLogger(quiet{})
 
 	addr, stop, err := redisAddr()
 	if err != nil {
@@ -71,17 +97,49 @@ func main() {
 	}
 	private := run(cfg, func(int) retryhttp.RetryBudget { return retryhttp.NewBudget(retryhttp.DefaultBudgetTokens) })
 	fleet := runFleet(cfg, addr, "retryhttp:fleet-example:"+strconv.FormatInt(time.Now().UnixNano(), 36))
+	rep := report{Command: command(), Redis: "a redis-server of its own, on loopback", Clients: cfg.Clients, Rate: cfg.Rate,
+		WarmSeconds: cfg.Warm.Seconds(), OutageSeconds: cfg.Outage.Seconds(), RecoverSecs: cfg.Recover.Seconds(),
+		Drain: retryhttp.DefaultBudgetTokens / retryhttp.RetryCost, Private: private, Fleet: fleet}
+	if u := os.Getenv("REDIS_URL"); u != "" {
+		rep.Redis = u
+	}
+	js, _ := json.MarshalIndent(rep, "", "  ")
+	js = append(js, '\n')
+	if *out != "" {
+		if err := os.WriteFile(*out, js, 0o644); err != nil {
+			log.Fatal(err)
+		}
+	}
 	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(map[string]any{"clients": cfg.Clients, "private": private, "fleet": fleet})
+		os.Stdout.Write(js)
 		return
 	}
 	fmt.Printf("\n%-34s %10s %10s %22s\n", "budget", "requests", "retries", "attempts per request")
-	fmt.Printf("%-34s %10d %10d %22.3f\n", "private, 500 tokens per client", private.Requests, private.Retries, private.AttemptsPerRequest)
-	fmt.Printf("%-34s %10d %10d %22.3f\n", "one 500-token bucket, in Redis", fleet.Requests, fleet.Retries, fleet.AttemptsPerRequest)
-	fmt.Printf("\nOne bucket's drain is %d retries (500/14). Overshoot of the shared bucket: %d retries; fallbacks: %d.\n",
-		retryhttp.DefaultBudgetTokens/retryhttp.RetryCost, *fleet.Overshoot, *fleet.Fallbacks)
+	fmt.Printf("%-34s %10d %10d %22.3f\n", fmt.Sprintf("private, %d tokens per client", retryhttp.DefaultBudgetTokens),
+		private.Requests, private.Retries, private.AttemptsPerRequest)
+	fmt.Printf("%-34s %10d %10d %22.3f\n", fmt.Sprintf("one %d-token bucket, in Redis", retryhttp.DefaultBudgetTokens),
+		fleet.Requests, fleet.Retries, fleet.AttemptsPerRequest)
+	fmt.Printf("\nOne bucket's drain is %d retries (%d/%d). Overshoot of the shared bucket: %d retries; fallbacks: %d, "+
+		"paying for %d retries; calls to Redis: %d; retries refused without a call: %d.\n",
+		rep.Drain, retryhttp.DefaultBudgetTokens, retryhttp.RetryCost, *fleet.Overshoot, *fleet.Fallbacks,
+		*fleet.FallbackPayments, *fleet.RedisCalls, *fleet.LocalRefusals)
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+// command is the command line that made this run, as a user would type it
+// in redisbudget/.
+func command() string {
+	c := "go run ./examples/fleet"
+	if u := os.Getenv("REDIS_URL"); u != "" {
+		c = "REDIS_URL=" + u + " " + c
+	}
+	for _, a := range os.Args[1:] {
+		c += " " + a
+	}
+	return c
 }
 
 // runFleet runs cfg with one budget shared through Redis under key, each
@@ -89,6 +147,7 @@ func main() {
 func runFleet(cfg config, addr, key string) stats {
 	var fallbacks atomic.Int64
 	var clients []*redis.Client
+	var budgets []*redisbudget.Budget
 	defer func() {
 		for _, c := range clients {
 			c.Close()
@@ -97,7 +156,7 @@ func runFleet(cfg config, addr, key string) stats {
 	st := run(cfg, func(int) retryhttp.RetryBudget {
 		rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 		clients = append(clients, rdb)
-		b, err := redisbudget.New(redisbudget.Options{Client: rdb, Key: key, Timeout: 50 * time.Millisecond,
+		b, err := redisbudget.New(redisbudget.Options{Client: rdb, Key: key,
 			OnFallback: func(err error) {
 				if err != nil {
 					fallbacks.Add(1)
@@ -106,12 +165,19 @@ func runFleet(cfg config, addr, key string) stats {
 		if err != nil {
 			log.Fatal(err)
 		}
+		budgets = append(budgets, b)
 		return b
 	})
 	over := st.Retries - retryhttp.DefaultBudgetTokens/retryhttp.RetryCost
-	st.Overshoot = &over
 	f := fallbacks.Load()
-	st.Fallbacks = &f
+	var paid, calls, refused int64
+	for _, b := range budgets {
+		s := b.Stats()
+		paid += s.FallbackPayments
+		calls += s.Calls
+		refused += s.LocalRefusals
+	}
+	st.Overshoot, st.Fallbacks, st.FallbackPayments, st.RedisCalls, st.LocalRefusals = &over, &f, &paid, &calls, &refused
 	return st
 }
 

@@ -1,0 +1,233 @@
+package redisbudget
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/herdproof/retryhttp"
+	"github.com/redis/go-redis/v9"
+)
+
+// Concurrent withdrawals share one call to a stalled Redis: each returns
+// within about Timeout, however many wait (they used to queue behind the
+// mutex, one Timeout each: 3 s for the last of 30).
+func TestStalledRedisHoldsNoWithdrawalPastTimeout(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	s := startRedis(t)
+	b := newBudget(t, s.client(), "fleet", func(o *Options) { o.Timeout = timeout })
+	b.Withdraw(retryhttp.Transient) // connected, script loaded, lease of 28
+	b.Withdraw(retryhttp.Transient) // the lease is spent
+	s.pause()
+	defer s.resume()
+	times := make([]time.Duration, 30)
+	var refused atomic.Int32
+	var wg sync.WaitGroup
+	for i := range times {
+		wg.Go(func() {
+			start := time.Now()
+			if _, ok := b.Withdraw(retryhttp.Transient); !ok {
+				refused.Add(1)
+			}
+			times[i] = time.Since(start)
+		})
+	}
+	wg.Wait()
+	slices.Sort(times)
+	worst := times[len(times)-1]
+	t.Logf("30 concurrent withdrawals against a paused Redis: median %v, worst %v", times[len(times)/2], worst)
+	if worst > timeout+50*time.Millisecond {
+		t.Errorf("the slowest withdrawal took %v; want about the %v Timeout", worst, timeout)
+	}
+	if refused.Load() != 0 {
+		t.Errorf("got %d refused; want 0: the fallback pays while Redis does not answer", refused.Load())
+	}
+	if st := b.Stats(); st.Calls != 2 {
+		t.Errorf("got %d calls to Redis; want 2 (the refill before the pause, one shared call during it)", st.Calls)
+	}
+}
+
+// No lease path grants more than the bucket holds: a hedge (28 tokens)
+// against a Lease of 14 takes 28, and a bucket of 56 pays for two hedges,
+// not three (the lease used to end at -42).
+func TestSmallLeasePaysForAHedge(t *testing.T) {
+	s := startRedis(t)
+	b := newBudget(t, s.client(), "fleet", func(o *Options) {
+		o.Capacity = 56
+		o.Lease = retryhttp.RetryCost
+	})
+	var granted int
+	for i := range 3 {
+		if _, ok := b.Withdraw(retryhttp.Hedge); ok {
+			granted++
+		}
+		if b.Available() < 0 {
+			t.Errorf("after hedge %d: the lease holds %d; want at least 0", i+1, b.Available())
+		}
+	}
+	if granted != 2 {
+		t.Errorf("got %d hedges granted from a bucket of 56; want 2", granted)
+	}
+	if got := s.tokens("fleet"); got != 0 {
+		t.Errorf("got %d tokens in Redis; want 0", got)
+	}
+	if st := b.Stats(); st.Taken != 56 {
+		t.Errorf("got %d tokens taken; want 56", st.Taken)
+	}
+}
+
+// A call that times out leaves its deposits' fate unknown: Redis may run it
+// when it resumes. They are never sent again, so they are credited at most
+// once (they used to be sent again: 50 successes credited 100).
+func TestDepositsCreditedOnceAfterATimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts redis.Options // the client's; the budget's Timeout bounds the wait either way
+	}{
+		{"the late answer is lost", redis.Options{ContextTimeoutEnabled: true}},
+		{"the late answer comes", redis.Options{ReadTimeout: 5 * time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startRedis(t)
+			opts := tc.opts
+			opts.Addr, opts.MaxRetries = s.addr(), -1
+			rdb := redis.NewClient(&opts)
+			defer rdb.Close()
+			s.client().HSet(context.Background(), "fleet", "tokens", 100)
+			b := newBudget(t, rdb, "fleet", func(o *Options) {
+				o.Timeout = 100 * time.Millisecond
+				o.RetryAfter = 10 * time.Millisecond
+				o.Recheck = time.Hour // no call carries deposits alone here
+			})
+			b.Withdraw(retryhttp.Transient) // leases 28: 72 left
+			for range 50 {
+				b.Deposit(true)
+			}
+			b.Withdraw(retryhttp.Transient) // the lease is spent
+			s.pause()
+			if _, ok := b.Withdraw(retryhttp.Transient); !ok { // carries the 50, no answer
+				t.Fatal("refused; want the fallback to pay")
+			}
+			s.resume()
+			// Redis runs the call it had read: +50, -28.
+			waitFor(t, "Redis to run the late call", func() bool { return s.tokens("fleet") == 72+50-28 })
+			if tc.opts.ReadTimeout > 0 {
+				waitFor(t, "the late answer", func() bool { return b.Stats().Taken == 56 })
+			}
+			time.Sleep(20 * time.Millisecond) // past RetryAfter
+			// Spend what the late answer leased, if it came, up to the next
+			// call, which has no deposits to carry.
+			for calls := b.Stats().Calls; b.Stats().Calls == calls; {
+				b.Withdraw(retryhttp.Transient)
+			}
+			if got, want := s.tokens("fleet"), int64(72+50-28-28); got != want {
+				t.Errorf("got %d tokens in Redis; want %d (the 50 deposits credited once)", got, want)
+			}
+			st := b.Stats()
+			credited, dropped := int64(50), int64(0)
+			if tc.opts.ReadTimeout == 0 {
+				credited, dropped = 0, 50
+			}
+			if st.Credited != credited || st.Dropped != dropped {
+				t.Errorf("got %d deposits confirmed, %d dropped; want %d, %d", st.Credited, st.Dropped, credited, dropped)
+			}
+		})
+	}
+}
+
+// A retry paid by the fallback and refunded after Redis came back gives its
+// tokens back to the fallback, not to the fleet's lease (it used to add 14
+// tokens to the fleet).
+func TestRefundGoesToWhoPaid(t *testing.T) {
+	s := startRedis(t)
+	fb := retryhttp.NewBudget(500)
+	b := newBudget(t, s.client(), "fleet", func(o *Options) {
+		o.Timeout = 100 * time.Millisecond
+		o.RetryAfter = 10 * time.Millisecond
+		o.Fallback = fb
+	})
+	b.Withdraw(retryhttp.Transient)
+	b.Withdraw(retryhttp.Transient) // the lease is spent; Redis holds 472
+	s.stop()
+	paid, ok := b.Withdraw(retryhttp.Transient)
+	if down, _ := b.Fallback(); !ok || !down || fb.Available() != 486 {
+		t.Fatalf("with Redis stopped: got ok %v, fallback %v, %d in the fallback; want true, true, 486", ok, down, fb.Available())
+	}
+	s.start() // a fresh bucket of 500
+	time.Sleep(20 * time.Millisecond)
+	if _, ok := b.Withdraw(retryhttp.Transient); !ok {
+		t.Fatal("refused after Redis came back")
+	}
+	if down, err := b.Fallback(); down {
+		t.Fatalf("still falling back: %v", err)
+	}
+	lease, redisTokens := b.Available(), s.tokens("fleet")
+	paid.Payer.Refund(paid, true) // the retry the fallback paid succeeded
+	if fb.Available() != 500 || b.Available() != lease || s.tokens("fleet") != redisTokens {
+		t.Errorf("after the refund: got %d in the fallback, %d in the lease, %d in Redis; want 500, %d, %d",
+			fb.Available(), b.Available(), s.tokens("fleet"), lease, redisTokens)
+	}
+}
+
+// A fleet of new processes, Redis 2 ms away in each direction, default
+// Options: none falls back, and together they make one bucket's retries
+// (with a 5 ms Timeout every first call fell back: 175 retries for 5).
+func TestColdStartOneHopAway(t *testing.T) {
+	s := startRedis(t)
+	proxy := startLatencyProxy(t, s.addr(), 2*time.Millisecond)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	var retries, fallbacks atomic.Int64
+	var wg sync.WaitGroup
+	for range 5 {
+		rdb := redis.NewClient(&redis.Options{Addr: proxy.addr()})
+		defer rdb.Close()
+		b, err := New(Options{Client: rdb, Key: "fleet", OnFallback: func(err error) {
+			if err != nil {
+				fallbacks.Add(1)
+				t.Logf("fell back: %v", err)
+			}
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := &retryhttp.Transport{Budget: b, Policy: retryhttp.Policy{BaseDelay: time.Millisecond, MaxDelay: time.Millisecond},
+			OnAttempt: func(a retryhttp.Attempt) {
+				if a.Decision == retryhttp.Retry {
+					retries.Add(1)
+				}
+			}}
+		defer tr.CloseIdleConnections()
+		wg.Go(func() {
+			for range 30 {
+				req, _ := http.NewRequest("GET", srv.URL, nil)
+				if resp, err := tr.RoundTrip(req); err == nil {
+					resp.Body.Close()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if fallbacks.Load() != 0 || retries.Load() != DefaultCapacity/retryhttp.RetryCost {
+		t.Errorf("got %d fallbacks, %d retries; want 0, %d (one bucket)", fallbacks.Load(), retries.Load(), DefaultCapacity/retryhttp.RetryCost)
+	}
+}
+
+// waitFor polls cond for up to 5 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
