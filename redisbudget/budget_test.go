@@ -319,3 +319,52 @@ func TestShardKey(t *testing.T) {
 		t.Error("4 shards of 25 tokens: got no error; want one (a shard cannot pay for a hedge)")
 	}
 }
+
+func TestPerHostFleetBudgets(t *testing.T) {
+	// Two processes, each one Transport with PerHost, a fleet budget per
+	// destination (one Redis key each): two dead hosts each get one bucket's
+	// 35 retries for the fleet, and the keys are the destinations'.
+	s := startRedis(t)
+	var calls [2]atomic.Int64
+	var srvs [2]*httptest.Server
+	for i := range srvs {
+		srvs[i] = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			calls[i].Add(1)
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}))
+		defer srvs[i].Close()
+	}
+	var keys sync.Map
+	var trs []*retryhttp.Transport
+	for range 2 {
+		rdb := s.client()
+		tr := &retryhttp.Transport{
+			PerHost: &retryhttp.PerHost{Budget: func(dest string) retryhttp.RetryBudget {
+				keys.Store(dest, true)
+				return newBudget(t, rdb, "retry-budget:"+dest)
+			}},
+			Policy: retryhttp.Policy{BaseDelay: time.Microsecond, MaxDelay: time.Microsecond},
+		}
+		defer tr.CloseIdleConnections()
+		trs = append(trs, tr)
+	}
+	for i := range 200 {
+		req, _ := http.NewRequest("GET", srvs[i%2].URL, nil)
+		resp, err := trs[(i/2)%2].RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+	}
+	for i := range srvs {
+		if got := calls[i].Load(); got != 100+35 {
+			t.Errorf("host %d: got %d attempts for 100 requests from two processes; want 135 (one bucket's 35 retries)", i, got)
+		}
+		dest := "http://" + srvs[i].Listener.Addr().String()
+		if _, ok := keys.Load(dest); !ok {
+			t.Errorf("no budget made for %s", dest)
+		}
+		if got := s.tokens("retry-budget:" + dest); got >= 14 {
+			t.Errorf("%s: got %d tokens left in Redis; want less than a retry's cost", dest, got)
+		}
+	}
+}
