@@ -36,21 +36,21 @@ type RetryBudget interface {
 	// success reports whether that attempt succeeded.
 	Deposit(success bool)
 	// Withdraw is called before each retry, after a failure of class c
-	// (Transient or Throttling), and before each hedged copy (Hedge). It
-	// reports whether the retry may be made and, if so, the Tokens it
-	// paid, which the Transport settles exactly once (see Tokens).
+	// (Transient or Throttling). It reports whether the retry may be made
+	// and, if so, the Tokens it paid, which the Transport settles exactly
+	// once (see Tokens).
 	Withdraw(c Class) (t Tokens, ok bool)
 	// Available reports what the budget holds now, in its own unit, for
 	// hooks, logs and metrics.
 	Available() int
 }
 
-// Tokens are what a RetryBudget paid for one retry or hedged copy. The
+// Tokens are what a RetryBudget paid for one retry. The
 // Transport holds them from the decision to retry until the retry's fate is
 // known, then settles them exactly once: it gives them back to their Payer
 // when the retry was never sent (its wait was canceled, its body could not
 // be had again, a hook panicked, no send permit came) or when it succeeded
-// (a hedge that won), and otherwise keeps them spent. The refund goes to
+// and otherwise keeps them spent. The refund goes to
 // whoever paid, not to whoever pays now: a budget that switches between
 // sources (a fleet budget and its local fallback) names the source in Payer.
 type Tokens struct {
@@ -65,8 +65,8 @@ type Tokens struct {
 }
 
 // A Payer takes back Tokens it paid. Refund is called at most once for each
-// payment: sent is true when the retry was sent and succeeded (or the hedge
-// won), false when it was never sent. A retry that was sent and failed is
+// payment: sent is true when the retry was sent and succeeded, false when it
+// was never sent. A retry that was sent and failed is
 // never refunded.
 type Payer interface {
 	Refund(t Tokens, sent bool)
@@ -200,15 +200,12 @@ func (b *Budget) give(n int64) {
 }
 
 // Cost is what the token bucket charges for a retry after a failure of class
-// c (RetryCost, or ThrottleRetryCost after throttling), or for a hedge
-// (HedgeCost). Budgets of other kinds that keep tokens, such as the
-// redisbudget module's, charge the same.
+// c: RetryCost, or ThrottleRetryCost after throttling. Budgets of other
+// kinds that keep tokens, such as the redisbudget module's, charge the
+// same.
 func (c Class) Cost() int64 {
-	switch c {
-	case Throttling:
+	if c == Throttling {
 		return ThrottleRetryCost
-	case Hedge:
-		return HedgeCost
 	}
 	return RetryCost
 }

@@ -28,6 +28,7 @@ type call struct {
 	ov     *Override    // the request's, if any
 	dest   *host        // its destination's budget and limiter, with PerHost
 	lim    *RateLimiter // its send permits come from, if any
+	hs     *hedging     // its hedge share and latencies, when hedged
 	max    int          // attempts allowed
 
 	safe      bool // may be sent twice: idempotent, or keyed
@@ -109,7 +110,14 @@ func (c *call) start(t *Transport, req *http.Request) error {
 			c.safe = true
 		}
 	}
-	c.hedged = p.HedgeDelay > 0 && c.max > 1 && p.hedgeable(req, c.safe) && (c.ov == nil || !c.ov.NoHedging)
+	if c.max > 1 && p.hedgeable(req, c.safe) && (c.ov == nil || !c.ov.NoHedging) {
+		c.hedged = true
+		c.hs = t.hedging
+		if c.dest != nil {
+			c.hs = c.dest.hedging()
+		}
+		c.hs.quota.deposit(p.hedgeRatio()) // each request that may be hedged adds its share
+	}
 	return nil
 }
 

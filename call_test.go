@@ -59,7 +59,7 @@ func TestPanicLeavesNothingHeld(t *testing.T) {
 		{"Classify, under AttemptTimeout", []rht.Step{rht.Status(503)}, "GET",
 			Policy{AttemptTimeout: time.Second, Classify: func(*http.Response, error) Class { boom(); return 0 }}, nil},
 		{"Classify, with hedged copies in flight", []rht.Step{rht.Status(503).WithDelay(20 * time.Millisecond), rht.Status(200).WithDelay(time.Second)}, "GET",
-			Policy{HedgeDelay: 10 * time.Millisecond, MaxHedges: 2, Classify: func(*http.Response, error) Class { boom(); return 0 }}, nil},
+			Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1, MaxHedges: 2, Classify: func(*http.Response, error) Class { boom(); return 0 }}, nil},
 		{"OnAttempt, after a Retry decision", []rht.Step{rht.Status(503), rht.Status(200)}, "PUT",
 			Policy{Timeout: time.Minute}, func(a Attempt) {
 				if a.Decision == Retry {
@@ -67,7 +67,7 @@ func TestPanicLeavesNothingHeld(t *testing.T) {
 				}
 			}},
 		{"OnAttempt, after a hedged attempt", []rht.Step{rht.Status(200).WithDelay(time.Second), rht.Status(200)}, "GET",
-			Policy{HedgeDelay: 10 * time.Millisecond}, func(Attempt) { boom() }},
+			Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1}, func(Attempt) { boom() }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -102,8 +102,8 @@ func TestPanicLeavesNothingHeld(t *testing.T) {
 				if got, want := replays.Load(), replayed.Load(); got != want {
 					t.Errorf("got %d replay bodies closed; want all %d", got, want)
 				}
-				if got := tr.BudgetInUse().Available(); got < DefaultBudgetTokens-HedgeCost*len(base.Attempts()) || (tc.policy.HedgeDelay == 0 && got != DefaultBudgetTokens) {
-					t.Errorf("got %d tokens; want %d, less only the hedges sent", got, DefaultBudgetTokens)
+				if got := tr.BudgetInUse().Available(); got != DefaultBudgetTokens {
+					t.Errorf("got %d tokens; want %d", got, DefaultBudgetTokens)
 				}
 			})
 		})
@@ -141,7 +141,7 @@ func TestAllocations(t *testing.T) {
 		{"GET", &Transport{Base: ok}, get, 0},
 		{"GET, idle RateLimiter", &Transport{Base: ok, Limiter: &RateLimiter{}}, get, 0},
 		{"GET, RatioBudget", &Transport{Base: ok, Budget: &RatioBudget{}}, get, 0},
-		{"GET, hedging on, answered before HedgeDelay", &Transport{Base: ok, Policy: Policy{HedgeDelay: time.Hour}}, get, 11},
+		{"GET, hedging on, answered before HedgeDelay", &Transport{Base: ok, Policy: Policy{HedgeDelay: time.Hour, HedgeRatio: 1}}, get, 11},
 		{"GET, PerHost, a destination already seen", &Transport{Base: ok, PerHost: &PerHost{}}, get, 0},
 		{"GET, PerHost with limiters, a destination already seen", &Transport{Base: ok, PerHost: &PerHost{Limiter: func(string) *RateLimiter { return &RateLimiter{} }}}, get, 0},
 		{"GET with an Override", &Transport{Base: ok}, get.WithContext(WithOverride(get.Context(), Override{MaxAttempts: 5})), 0},
@@ -339,10 +339,10 @@ func TestEachPaymentSettledOnce(t *testing.T) {
 			}, false, true, 1, 0, 0},
 		{"Logger handler panics after Retry", []rht.Step{rht.Status(503)}, "GET", Policy{}, 0, false, nil, true, true, 1, 0, 0},
 		{"Timeout refuses the second wait", []rht.Step{rht.Status(503)}, "GET", Policy{Rand: highRand, BaseDelay: time.Second, Timeout: 1500 * time.Millisecond}, 0, false, nil, false, false, 0, 0, 1},
-		{"hedge wins", []rht.Step{slow(200), rht.Status(200)}, "GET", Policy{HedgeDelay: 10 * time.Millisecond}, 0, false, nil, false, false, 0, 1, 0},
-		{"hedge loses", []rht.Step{rht.Status(200).WithDelay(20 * time.Millisecond), slow(200)}, "GET", Policy{HedgeDelay: 10 * time.Millisecond}, 0, false, nil, false, false, 0, 0, 1},
-		{"retry's hedge wins", []rht.Step{rht.Status(503), slow(200), rht.Status(200)}, "GET", Policy{HedgeDelay: 10 * time.Millisecond, Rand: lowRand}, 0, false, nil, false, false, 0, 2, 0},
-		{"keyed POST, hedge canceled by the caller", []rht.Step{rht.Hang()}, "POST", Policy{HedgeDelay: 10 * time.Millisecond}, 50 * time.Millisecond, false, nil, false, false, 0, 0, 1},
+		{"hedge wins", []rht.Step{slow(200), rht.Status(200)}, "GET", Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1}, 0, false, nil, false, false, 0, 0, 0},
+		{"hedge loses", []rht.Step{rht.Status(200).WithDelay(20 * time.Millisecond), slow(200)}, "GET", Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1}, 0, false, nil, false, false, 0, 0, 0},
+		{"retry's hedge wins", []rht.Step{rht.Status(503), slow(200), rht.Status(200)}, "GET", Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1, Rand: lowRand}, 0, false, nil, false, false, 0, 1, 0},
+		{"keyed POST, hedge canceled by the caller", []rht.Step{rht.Hang()}, "POST", Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1}, 50 * time.Millisecond, false, nil, false, false, 0, 0, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -418,14 +418,14 @@ func TestRequestContractMatrix(t *testing.T) {
 	}
 	policies := map[string]Policy{
 		"plain":                   {},
-		"hedged":                  {HedgeDelay: 10 * time.Millisecond, MaxHedges: 2},
-		"hedged+Timeout+header":   {HedgeDelay: 10 * time.Millisecond, Timeout: 5 * time.Second, SendAttemptHeader: true},
+		"hedged":                  {HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1, MaxHedges: 2},
+		"hedged+Timeout+header":   {HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1, Timeout: 5 * time.Second, SendAttemptHeader: true},
 		"AttemptTimeout+Timeout":  {AttemptTimeout: 20 * time.Millisecond, Timeout: 5 * time.Second},
-		"AttemptTimeout+hedged":   {AttemptTimeout: 5 * time.Millisecond, HedgeDelay: 10 * time.Millisecond},
+		"AttemptTimeout+hedged":   {AttemptTimeout: 5 * time.Millisecond, HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1},
 		"header+AttemptTimeout":   {AttemptTimeout: 50 * time.Millisecond, SendAttemptHeader: true},
-		"short Timeout":           {Timeout: 25 * time.Millisecond, HedgeDelay: 10 * time.Millisecond},
-		"MaxAttempts 1, hedged":   {MaxAttempts: 1, HedgeDelay: 10 * time.Millisecond},
-		"MaxAttempts 5, 3 hedges": {MaxAttempts: 5, MaxHedges: 3, HedgeDelay: 5 * time.Millisecond},
+		"short Timeout":           {Timeout: 25 * time.Millisecond, HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1},
+		"MaxAttempts 1, hedged":   {MaxAttempts: 1, HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1},
+		"MaxAttempts 5, 3 hedges": {MaxAttempts: 5, MaxHedges: 3, HedgeDelay: 5 * time.Millisecond, HedgeRatio: 1},
 	}
 	for sname, steps := range scripts {
 		for pname, p := range policies {
@@ -523,11 +523,11 @@ func TestPanicsInEveryHookLeaveNothingHeld(t *testing.T) {
 		{"GetBody for the retry", []rht.Step{rht.Status(503).WithBody("x")}, "PUT+panicbody",
 			Policy{Timeout: time.Minute}, nil, false, 0},
 		{"GetBody for the retry, hedged", []rht.Step{rht.Status(503).WithBody("x")}, "PUT+panicbody",
-			Policy{Timeout: time.Minute, HedgeDelay: time.Second}, nil, false, 0},
+			Policy{Timeout: time.Minute, HedgeDelay: time.Second, HedgeRatio: 1}, nil, false, 0},
 		{"NewIdempotencyKey, hedged", nil, "POST+panickey",
-			Policy{HedgeDelay: time.Millisecond, Timeout: time.Minute}, nil, false, 0},
+			Policy{HedgeDelay: time.Millisecond, HedgeRatio: 1, Timeout: time.Minute}, nil, false, 0},
 		{"OnAttempt after a hedged retry", []rht.Step{rht.Status(503), rht.Status(200).WithDelay(time.Second), rht.Status(200)}, "GET",
-			Policy{HedgeDelay: 10 * time.Millisecond, Timeout: time.Minute, Rand: lowRand}, func(a Attempt) {
+			Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1, Timeout: time.Minute, Rand: lowRand}, func(a Attempt) {
 				if a.Number > 1 {
 					boom()
 				}

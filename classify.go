@@ -34,10 +34,6 @@ const (
 	// Throttling is the server asking the client to slow down: 429. Retried
 	// after ThrottleBaseDelay-based backoff, at ThrottleRetryCost tokens.
 	Throttling
-	// Hedge is not an outcome: it is the class a RetryBudget's Withdraw
-	// receives for a hedged copy of an attempt that has not answered yet
-	// (Policy.HedgeDelay). The token bucket charges HedgeCost for it.
-	Hedge
 )
 
 func (c Class) String() string {
@@ -50,8 +46,6 @@ func (c Class) String() string {
 		return "transient"
 	case Throttling:
 		return "throttling"
-	case Hedge:
-		return "hedge"
 	}
 	return "class(" + itoa(int(c)) + ")"
 }

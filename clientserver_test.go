@@ -620,11 +620,11 @@ func TestSharedTransportNestedHedging(t *testing.T) {
 				}
 			})
 			base := start(t, srv, h2)
-			inner := &Transport{Base: base, Policy: Policy{HedgeDelay: 3 * time.Millisecond, BaseDelay: time.Millisecond, ThrottleBaseDelay: time.Millisecond}}
+			inner := &Transport{Base: base, Policy: Policy{HedgeDelay: 3 * time.Millisecond, HedgeRatio: 1, BaseDelay: time.Millisecond, ThrottleBaseDelay: time.Millisecond}}
 			budget := newLedger(t)
 			var attempts atomic.Int64
 			outer := &Transport{Base: inner, Budget: budget, Limiter: &RateLimiter{MinRate: 1000},
-				Policy: Policy{HedgeDelay: 4 * time.Millisecond, MaxHedges: 2, MaxAttempts: 4, SendAttemptHeader: true,
+				Policy: Policy{HedgeDelay: 4 * time.Millisecond, HedgeRatio: 1, MaxHedges: 2, MaxAttempts: 4, SendAttemptHeader: true,
 					Timeout: 5 * time.Second, BaseDelay: time.Millisecond, ThrottleBaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond},
 				OnAttempt: func(Attempt) { attempts.Add(1) }}
 			var wg sync.WaitGroup
@@ -696,7 +696,7 @@ func TestHedgedUploadOverLoopback(t *testing.T) {
 				io.WriteString(w, "hedge")
 			})
 			base := start(t, srv, h2)
-			tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 20 * time.Millisecond, Timeout: 10 * time.Second}}
+			tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 20 * time.Millisecond, HedgeRatio: 1, Timeout: 10 * time.Second}}
 			payload := strings.Repeat("p", 256<<10) // under HTTP/2's connection window (see the report)
 			var closed, replays, replayed atomic.Int32
 			req, _ := http.NewRequest("PUT", srv.URL, closeTracker{strings.NewReader(payload), &closed})
@@ -755,7 +755,7 @@ func TestHedgedUpgrade(t *testing.T) {
 		io.Copy(conn, buf)
 	}))
 	defer srv.Close()
-	tr := &Transport{Policy: Policy{HedgeDelay: 10 * time.Millisecond, Timeout: 50 * time.Millisecond}}
+	tr := &Transport{Policy: Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1, Timeout: 50 * time.Millisecond}}
 	defer tr.CloseIdleConnections()
 	req := mustReq(t, "GET", srv.URL)
 	req.Header.Set("Connection", "Upgrade")

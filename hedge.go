@@ -2,26 +2,23 @@ package retryhttp
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"sync"
 	"time"
 )
 
-// Hedging: when an attempt has had no answer for Policy.HedgeDelay, send
+// Hedging: when an attempt has had no answer for the hedge delay, send
 // another copy and take whichever answers first ("The Tail at Scale", Dean
 // and Barroso, CACM 2013; gRPC's hedging policy). A hedge is extra load at
-// the moment a server is slowest, so every hedge is paid from the budget, at
-// HedgeCost tokens: when one server instance is slow, hedges win, their cost
-// comes back and the tail is cut; when the whole dependency is slow, hedges
-// lose, nothing comes back, and the budget stops them (one hedge per
-// HedgeCost first-try successes, 3.6% extra requests, once the first 500
-// tokens are spent).
-
-// HedgeCost is what a hedged copy takes from a Budget (the token bucket):
-// twice a transient retry's cost, so that a dependency that is slow for
-// everyone gets at most one hedge for every 28 requests once the bucket is
-// drained. A hedge that wins gives its cost back.
-const HedgeCost = 2 * RetryCost
+// the moment a server is slowest, so hedges are limited to a share of
+// requests (Policy.HedgeRatio, DefaultHedgeRatio): a dependency slow for
+// everyone gets that share in extra copies and no more. They are not paid
+// from the retry budget: a hedge that loses would spend tokens meant for
+// failures, and a budget short of them refuses hedges at random, the ones
+// that would cut the tail among them. A hedge the share cannot pay for now
+// is asked for again after another delay: the copies still outstanding
+// then, the slowest, get the hedges.
 
 // hedgeStats is what hedging did in one attempt.
 type hedgeStats struct {
@@ -33,8 +30,37 @@ type hedgeStats struct {
 // is on, the request may be sent twice (safe), and its body, if any, can be
 // had again for each copy.
 func (p *Policy) hedgeable(req *http.Request, safe bool) bool {
-	return p.HedgeDelay > 0 && safe &&
+	return (p.HedgeDelay > 0 || p.hedgeQuantile() > 0) && safe &&
 		(req.Body == nil || req.Body == http.NoBody || req.GetBody != nil)
+}
+
+// hedgeQuantile is HedgeQuantile, or 0 when it is not a quantile.
+func (p *Policy) hedgeQuantile() float64 {
+	if p.HedgeQuantile > 0 && p.HedgeQuantile < 1 {
+		return p.HedgeQuantile
+	}
+	return 0
+}
+
+func (p *Policy) hedgeRatio() float64 {
+	if !(p.HedgeRatio > 0) || math.IsInf(p.HedgeRatio, 1) { // NaN too
+		return DefaultHedgeRatio
+	}
+	return min(p.HedgeRatio, hedgeBurst)
+}
+
+// hedgeDelay is how long an attempt waits before its first hedge, or 0 for
+// no hedge: the fixed HedgeDelay, or the running quantile, never below
+// HedgeDelay, once one is known.
+func (c *call) hedgeDelay() time.Duration {
+	p := &c.t.Policy
+	if p.hedgeQuantile() == 0 {
+		return p.HedgeDelay
+	}
+	if est := c.hs.lat.estimate(); est > 0 {
+		return max(est, p.HedgeDelay)
+	}
+	return 0
 }
 
 func (p *Policy) maxHedges() int {
@@ -55,15 +81,15 @@ type race struct {
 	over    bool
 	copies  []hedgeCopy // appended by the call under mu
 	buf     [2]hedgeCopy
-	next    hedgeCopy // a hedge being prepared: its permit and tokens
+	next    hedgeCopy // a hedge being prepared: its permit and its share
 }
 
 // A hedgeCopy is what one copy holds: its context's cancel, its send permit,
-// the tokens it was paid with, and its own Report.
+// the hedge share it took (until it is sent), and its own Report.
 type hedgeCopy struct {
 	cancel context.CancelFunc
 	permit permit
-	tokens Tokens
+	quota  *hedgeQuota
 	report *Report
 }
 
@@ -76,20 +102,25 @@ type copyAnswer struct {
 
 // launch sends req as the next copy on a goroutine of its own. An answer
 // that comes once the race is over is discarded by the copy itself; a 429
-// in it still reaches the limiter.
-func (r *race) launch(base http.RoundTripper, req *http.Request, hc hedgeCopy) {
+// in it still reaches the limiter. When lat is not nil, the copy's latency
+// is counted in it, unless the copy was canceled first.
+func (r *race) launch(base http.RoundTripper, req *http.Request, hc hedgeCopy, lat *latency, q float64) {
 	ctx, cancel := context.WithCancel(req.Context())
 	if hc.report != nil {
 		ctx = WithReport(ctx, hc.report)
 	}
-	hc.cancel = cancel
+	hc.cancel, hc.quota = cancel, nil // sent: its share is spent
 	r.mu.Lock()
 	i := len(r.copies)
 	r.copies = append(r.copies, hc)
 	r.mu.Unlock()
 	req = req.WithContext(ctx)
 	go func() {
+		start := time.Now()
 		resp, err := roundTripOnce(base, req)
+		if lat != nil && ctx.Err() == nil {
+			lat.record(time.Since(start), q)
+		}
 		r.mu.Lock()
 		if !r.over {
 			r.answers <- copyAnswer{i, resp, err}
@@ -129,30 +160,39 @@ func (r *race) end(winner int) {
 		case a := <-r.answers:
 			lateAnswer(a.resp, r.copies[a.i])
 		default:
-			r.next.tokens.refund(false)
-			r.next.permit.cancel()
+			r.next.giveBack()
 			return
 		}
 	}
+}
+
+// giveBack returns what a hedge prepared and not sent holds.
+func (hc *hedgeCopy) giveBack() {
+	if hc.quota != nil {
+		hc.quota.refund()
+	}
+	hc.permit.cancel()
+	*hc = hedgeCopy{}
 }
 
 // abandon ends a race that a panicking hook left running.
 func (r *race) abandon() { r.end(-1) }
 
 // sendHedged makes one attempt as up to maxCopies copies: the first at once,
-// then a hedge each time HedgeDelay passes with no acceptable answer, while
-// the Limiter has a permit due and the budget pays (MaxHedges at most). The
-// first answer that is not a retryable failure wins; if every copy fails
-// retryably, the last failure is the attempt's outcome, for the retry logic
-// to weigh. The others are canceled and discarded without being waited for.
+// then a hedge each time the hedge delay passes with no acceptable answer
+// (MaxHedges at most), when the hedge share holds one and the Limiter has a
+// permit due; when either has none, it is asked again after another delay.
+// The first answer that is not a retryable failure wins; if every copy
+// fails retryably, the last failure is the attempt's outcome, for the retry
+// logic to weigh. The others are canceled and discarded without being
+// waited for.
 //
-// A hedge that wins gives its tokens back, unless the caller's context has
-// ended (a copy canceled by the caller won nothing); the others were sent,
-// and stay spent. Every copy's 429 reaches the Limiter. Each copy carries
-// its own attempt number, and records into a Report of its own, of which
-// only the winner's is kept: copies run on goroutines of their own, and a
-// Transport inside the base must not write into the caller's Report from
-// them.
+// A hedge's answer wins only while the caller's context is alive (a copy
+// canceled by the caller won nothing). Every copy's 429 reaches the
+// Limiter. Each copy carries its own attempt number, and records into a
+// Report of its own, of which only the winner's is kept: copies run on
+// goroutines of their own, and a Transport inside the base must not write
+// into the caller's Report from them.
 func (c *call) sendHedged() {
 	o, p := &c.o, &c.t.Policy
 	o.hedges = hedgeStats{}
@@ -161,11 +201,24 @@ func (c *call) sendHedged() {
 	r.copies = r.buf[:0]
 	c.race = r
 	base := c.t.base()
-	r.launch(base, o.sent, hedgeCopy{permit: c.take(), report: c.copyReport()})
-	// The timer is re-armed only after a hedge is sent: once hedging
-	// stops (no copy or hedge left, or a hedge refused), it stays quiet.
-	timer := time.NewTimer(p.HedgeDelay)
-	defer timer.Stop()
+	var lat *latency // latencies are measured for an automatic delay
+	q := p.hedgeQuantile()
+	if q > 0 {
+		lat = &c.hs.lat
+	}
+	r.launch(base, o.sent, hedgeCopy{permit: c.take(), report: c.copyReport()}, lat, q)
+	// The timer runs while a hedge may still come: once no copy or hedge
+	// is left, it stays quiet.
+	var (
+		timer *time.Timer
+		due   <-chan time.Time
+	)
+	delay := c.hedgeDelay()
+	if delay > 0 && maxCopies > 1 {
+		timer = time.NewTimer(delay)
+		defer timer.Stop()
+		due = timer.C
+	}
 
 	winner, inflight := -1, 1
 	for winner < 0 && inflight > 0 {
@@ -184,33 +237,26 @@ func (c *call) sendHedged() {
 			}
 			go discard(o.resp, o.release) // a retryable failure while another copy runs
 			o.resp, o.release = nil, nil
-		case <-timer.C:
+		case <-due:
 			if len(r.copies) >= maxCopies || o.hedges.sent >= p.maxHedges() {
 				continue
 			}
 			req, ok := c.hedge(r, o.number+len(r.copies))
-			if !ok {
-				o.hedges.refused++
-				continue
+			if ok {
+				hc := r.next
+				r.next = hedgeCopy{}
+				r.launch(base, req, hc, lat, q)
+				o.hedges.sent++
+				inflight++
+			} else {
+				o.hedges.refused++ // asked again after another delay
 			}
-			hc := r.next
-			r.next = hedgeCopy{}
-			r.launch(base, req, hc)
-			o.hedges.sent++
-			inflight++
-			timer.Reset(p.HedgeDelay)
+			timer.Reset(delay)
 		}
 	}
 	r.end(winner)
 	c.race = nil
-	for i := range r.copies {
-		if i == winner && i > 0 && !o.class.retryable() && c.ctx.Err() == nil {
-			o.hedges.won = true
-			r.copies[i].tokens.refund(true) // the hedge paid for itself
-		} else {
-			r.copies[i].tokens.spend()
-		}
-	}
+	o.hedges.won = winner > 0 && !o.class.retryable() && c.ctx.Err() == nil
 	c.report.merge(r.copies[winner].report)
 	if o.resp == nil && o.release != nil {
 		o.release()
@@ -227,29 +273,27 @@ func (c *call) copyReport() *Report {
 }
 
 // hedge prepares the hedged copy that would be attempt number n, in r.next:
-// a permit due now from the Limiter, its tokens from the budget, then its
+// a hedge from the share, a permit due now from the Limiter, then its
 // request (a fresh body, its own attempt number). It reports false, holding
 // nothing, when any of them cannot be had; until the copy is launched, the
-// race holds the permit and the tokens, so that a panicking GetBody leaves
+// race holds the share and the permit, so that a panicking GetBody leaves
 // neither taken.
 func (c *call) hedge(r *race, n int) (*http.Request, bool) {
 	hc := &r.next
+	if !c.hs.quota.take() {
+		return nil, false
+	}
+	hc.quota = &c.hs.quota
 	if c.lim != nil {
 		var ok bool
 		if hc.permit, ok = c.lim.tryAcquire(time.Now()); !ok {
-			return nil, false // a throttled client sends no extra copies
+			hc.giveBack() // a throttled client sends no extra copies
+			return nil, false
 		}
 	}
-	tk, ok := c.budget().Withdraw(Hedge)
-	if !ok {
-		hc.permit.cancel()
-		return nil, false
-	}
-	hc.tokens = tk
 	req := nextRequest(c.req, c.out)
 	if req == nil {
-		hc.tokens.refund(false)
-		hc.permit.cancel()
+		hc.giveBack()
 		return nil, false
 	}
 	if c.t.Policy.SendAttemptHeader {

@@ -17,36 +17,41 @@ import (
 )
 
 func TestHedging(t *testing.T) {
-	slow := func(code int) rht.Step { return rht.Status(code).WithDelay(200 * time.Millisecond).WithBody("slow") }
+	// Hedged after 10ms; the hedge share is whole for each request here
+	// (HedgeRatio 1) unless a case says otherwise. Hedges never touch the
+	// retry budget.
+	slow := func(code int) rht.Step { return rht.Status(code).WithDelay(195 * time.Millisecond).WithBody("slow") }
 	fast := rht.Status(200).WithBody("fast")
 	tests := []struct {
 		name     string
 		steps    []rht.Step
 		method   string
 		policy   Policy
-		budget   int
 		took     time.Duration
 		body     string
 		attempts int
 		hedges   int
 		won      bool
 		refused  int
-		tokens   int
 	}{
-		{"a slow copy: the hedge wins and pays for itself", []rht.Step{slow(200), fast}, "GET", Policy{}, 500,
-			10 * time.Millisecond, "fast", 2, 1, true, 0, 500},
-		{"slow for everyone: the first copy wins, the hedge is paid", []rht.Step{slow(200)}, "GET", Policy{}, 500,
-			200 * time.Millisecond, "slow", 2, 1, false, 0, 500 - HedgeCost + SuccessReward},
-		{"budget too low: no hedge", []rht.Step{slow(200)}, "GET", Policy{}, HedgeCost - 1,
-			200 * time.Millisecond, "slow", 1, 0, false, 1, HedgeCost - 1}, // full: the reward is capped
-		{"two hedges allowed", []rht.Step{slow(200), slow(200), fast}, "GET", Policy{MaxHedges: 2}, 500,
-			20 * time.Millisecond, "fast", 3, 2, true, 0, 500 - HedgeCost + SuccessReward}, // the winner refunded
-		{"hedges count against MaxAttempts", []rht.Step{slow(200), slow(200), fast}, "GET", Policy{MaxHedges: 5, MaxAttempts: 2}, 500,
-			200 * time.Millisecond, "slow", 2, 1, false, 0, 500 - HedgeCost + SuccessReward},
-		{"a keyless POST is never hedged", []rht.Step{slow(200), fast}, "POST", Policy{NoIdempotencyKeys: true}, 500,
-			200 * time.Millisecond, "slow", 1, 0, false, 0, 500},
-		{"a keyed POST is hedged with the same key and body", []rht.Step{slow(201), rht.Status(201).WithBody("fast")}, "POST", Policy{}, 500,
-			10 * time.Millisecond, "fast", 2, 1, true, 0, 500},
+		{"a slow copy: the hedge wins", []rht.Step{slow(200), fast}, "GET", Policy{HedgeRatio: 1},
+			10 * time.Millisecond, "fast", 2, 1, true, 0},
+		{"slow for everyone: the first copy wins", []rht.Step{slow(200)}, "GET", Policy{HedgeRatio: 1},
+			195 * time.Millisecond, "slow", 2, 1, false, 0},
+		{"the share holds half a hedge: none, asked for every 10ms", []rht.Step{slow(200)}, "GET", Policy{HedgeRatio: 0.5},
+			195 * time.Millisecond, "slow", 1, 0, false, 19},
+		{"the default share starts empty", []rht.Step{slow(200)}, "GET", Policy{},
+			195 * time.Millisecond, "slow", 1, 0, false, 19},
+		{"two hedges allowed", []rht.Step{slow(200), slow(200), fast}, "GET", Policy{HedgeRatio: 2, MaxHedges: 2},
+			20 * time.Millisecond, "fast", 3, 2, true, 0},
+		{"a second hedge the share cannot pay for", []rht.Step{slow(200), slow(200), fast}, "GET", Policy{HedgeRatio: 1, MaxHedges: 2},
+			195 * time.Millisecond, "slow", 2, 1, false, 18},
+		{"hedges count against MaxAttempts", []rht.Step{slow(200), slow(200), fast}, "GET", Policy{HedgeRatio: 5, MaxHedges: 5, MaxAttempts: 2},
+			195 * time.Millisecond, "slow", 2, 1, false, 0},
+		{"a keyless POST is never hedged", []rht.Step{slow(200), fast}, "POST", Policy{HedgeRatio: 1, NoIdempotencyKeys: true},
+			195 * time.Millisecond, "slow", 1, 0, false, 0},
+		{"a keyed POST is hedged with the same key and body", []rht.Step{slow(201), rht.Status(201).WithBody("fast")}, "POST", Policy{HedgeRatio: 1},
+			10 * time.Millisecond, "fast", 2, 1, true, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -54,7 +59,7 @@ func TestHedging(t *testing.T) {
 				base := rht.NewTransport(tc.steps...)
 				p := tc.policy
 				p.HedgeDelay = 10 * time.Millisecond
-				budget := NewBudget(tc.budget)
+				budget := NewBudget(500)
 				var hooks []Attempt
 				tr := &Transport{Base: base, Policy: p, Budget: budget, OnAttempt: func(a Attempt) { hooks = append(hooks, a) }}
 				start := time.Now()
@@ -69,9 +74,10 @@ func TestHedging(t *testing.T) {
 				if a := hooks[len(hooks)-1]; a.Hedges != tc.hedges || a.HedgeWon != tc.won || a.HedgesRefused != tc.refused {
 					t.Errorf("got %d hedges (won %v, %d refused); want %d (won %v, %d refused)", a.Hedges, a.HedgeWon, a.HedgesRefused, tc.hedges, tc.won, tc.refused)
 				}
-				if got := budget.Available(); got != tc.tokens {
-					t.Errorf("got %d tokens; want %d", got, tc.tokens)
+				if got := budget.Available(); got != 500 {
+					t.Errorf("got %d tokens; want 500 (hedges are not paid from the budget)", got)
 				}
+				synctest.Wait() // losers are drained on goroutines of their own
 				if got := base.OpenBodies(); got != 0 {
 					t.Errorf("got %d response bodies open; want 0 (the losers drained and closed)", got)
 				}
@@ -97,7 +103,7 @@ func TestHedgeThenRetry(t *testing.T) {
 		var rep Report
 		req := newReq(t, "GET", "")
 		req = req.WithContext(WithReport(req.Context(), &rep))
-		tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 10 * time.Millisecond, Rand: lowRand}}
+		tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1, Rand: lowRand}}
 		code, _, err := roundTrip(t, tr, req)
 		if err != nil || code != 200 {
 			t.Fatalf("got (%d, %v); want 200", code, err)
@@ -122,7 +128,7 @@ func TestHedgeWinnerDoesNotWaitForALoser(t *testing.T) {
 			}
 			return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("fast"))}, nil
 		})
-		tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 10 * time.Millisecond}}
+		tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1}}
 		start := time.Now()
 		_, body, err := roundTrip(t, tr, newReq(t, "GET", ""))
 		if took := time.Since(start); err != nil || body != "fast" || took != 10*time.Millisecond {
@@ -139,7 +145,7 @@ func TestHedgeWinnerDoesNotWaitForALoser(t *testing.T) {
 func TestHedgeCarriesItsOwnAttemptNumber(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		base := rht.NewTransport(rht.Status(200).WithDelay(50*time.Millisecond), rht.Status(200))
-		tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 10 * time.Millisecond, SendAttemptHeader: true}}
+		tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1, SendAttemptHeader: true}}
 		if _, _, err := roundTrip(t, tr, newReq(t, "GET", "")); err != nil {
 			t.Fatal(err)
 		}
@@ -157,7 +163,7 @@ func TestThrottledLoserReachesTheLimiter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		base := rht.NewTransport(rht.Status(429).WithDelay(20*time.Millisecond), rht.Status(200).WithDelay(20*time.Millisecond))
 		lim := &RateLimiter{}
-		tr := &Transport{Base: base, Limiter: lim, Policy: Policy{HedgeDelay: 10 * time.Millisecond}}
+		tr := &Transport{Base: base, Limiter: lim, Policy: Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1}}
 		code, _, err := roundTrip(t, tr, newReq(t, "GET", ""))
 		if err != nil || code != 200 {
 			t.Fatalf("got (%d, %v); want the hedge's 200", code, err)
@@ -184,7 +190,7 @@ func TestHedgeCanceledByTheCallerWinsNothing(t *testing.T) {
 		})
 		budget := NewBudget(500)
 		var hooks []Attempt
-		tr := &Transport{Base: base, Budget: budget, Policy: Policy{HedgeDelay: 10 * time.Millisecond},
+		tr := &Transport{Base: base, Budget: budget, Policy: Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1},
 			OnAttempt: func(a Attempt) { hooks = append(hooks, a) }}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -197,8 +203,8 @@ func TestHedgeCanceledByTheCallerWinsNothing(t *testing.T) {
 		if a := hooks[len(hooks)-1]; a.Hedges != 1 || a.HedgeWon {
 			t.Errorf("got %d hedges, won %v; want 1 hedge, not won", a.Hedges, a.HedgeWon)
 		}
-		if got := budget.Available(); got != 500-HedgeCost {
-			t.Errorf("got %d tokens; want %d (the hedge was sent: its tokens stay spent)", got, 500-HedgeCost)
+		if got := budget.Available(); got != 500 {
+			t.Errorf("got %d tokens; want 500 (hedges are not paid from the budget)", got)
 		}
 		time.Sleep(time.Hour) // the first copy's base gives up too
 	})
@@ -209,7 +215,7 @@ func TestReportUnderNestedHedging(t *testing.T) {
 	// request's Report. The inner Transport runs on the copies' goroutines,
 	// each with a Report of its own: only the winner's attempts are kept.
 	inner := &Transport{Base: rht.NewTransport(rht.Status(200).WithDelay(30*time.Millisecond), rht.Status(200))}
-	outer := &Transport{Base: inner, Policy: Policy{HedgeDelay: 5 * time.Millisecond}}
+	outer := &Transport{Base: inner, Policy: Policy{HedgeDelay: 5 * time.Millisecond, HedgeRatio: 1}}
 	for range 20 {
 		var rep Report
 		req := newReq(t, "GET", "")
@@ -226,18 +232,12 @@ func TestReportUnderNestedHedging(t *testing.T) {
 func TestHedgesTakePermits(t *testing.T) {
 	// While limiting, a hedge is sent only under a permit due when it is:
 	// it never waits for one, nor pushes the other attempts back. After one
-	// 429 at 1 send in 100ms the rate is 7/s, a permit every 143ms: a hedge
-	// 10ms after its first copy finds none, one 500ms after finds one.
-	tests := []struct {
-		delay           time.Duration
-		hedges, refused int
-		body            string
-	}{
-		{10 * time.Millisecond, 0, 1, "slow"},
-		{500 * time.Millisecond, 1, 0, "fast"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.delay.String(), func(t *testing.T) {
+	// 429 at 1 send in 100ms the rate is about 7/s, a permit every 140ms or
+	// so: a hedge due 10ms after its first copy finds none, and is asked
+	// for again every 10ms until one is due; one due after 500ms finds one
+	// at once.
+	for _, delay := range []time.Duration{10 * time.Millisecond, 500 * time.Millisecond} {
+		t.Run(delay.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				lim := &RateLimiter{}
 				first := &Transport{Base: rht.NewTransport(rht.Status(429)), Limiter: lim, Policy: Policy{MaxAttempts: 1}}
@@ -245,15 +245,25 @@ func TestHedgesTakePermits(t *testing.T) {
 				time.Sleep(time.Second)                   // a permit is due
 				base := rht.NewTransport(rht.Status(200).WithDelay(time.Second).WithBody("slow"), rht.Status(200).WithBody("fast"))
 				var hooks []Attempt
-				tr := &Transport{Base: base, Limiter: lim, Policy: Policy{HedgeDelay: tc.delay},
+				tr := &Transport{Base: base, Limiter: lim, Policy: Policy{HedgeDelay: delay, HedgeRatio: 1},
 					OnAttempt: func(a Attempt) { hooks = append(hooks, a) }}
+				start := time.Now()
+				lim.mu.Lock()
+				iv := interval(lim.rateAt(start)) // the slot the first copy takes
+				lim.mu.Unlock()
 				_, body, err := roundTrip(t, tr, newReq(t, "GET", ""))
-				if err != nil || body != tc.body {
-					t.Fatalf("got (%q, %v); want %q", body, err, tc.body)
+				refused := 0
+				if delay < iv {
+					refused = int(iv / delay) // asked at each delay before the next permit
 				}
-				if a := hooks[len(hooks)-1]; a.Hedges != tc.hedges || a.HedgesRefused != tc.refused {
-					t.Errorf("got %d hedges, %d refused; want %d, %d", a.Hedges, a.HedgesRefused, tc.hedges, tc.refused)
+				took := time.Duration(refused+1) * delay
+				if err != nil || body != "fast" || time.Since(start) != took {
+					t.Fatalf("got (%q, %v) after %v; want the hedge's \"fast\" after %v", body, err, time.Since(start), took)
 				}
+				if a := hooks[len(hooks)-1]; a.Hedges != 1 || a.HedgesRefused != refused {
+					t.Errorf("got %d hedges, %d refused; want 1, %d", a.Hedges, a.HedgesRefused, refused)
+				}
+				time.Sleep(time.Second) // the first copy, canceled, lets go
 			})
 		})
 	}
@@ -273,7 +283,7 @@ func TestHedgeGetBodyPanicLeavesNothingTaken(t *testing.T) {
 
 		budget := newLedger(t)
 		base := rht.NewTransport(rht.Status(200).WithDelay(time.Second))
-		tr := &Transport{Base: base, Budget: budget, Limiter: lim, Policy: Policy{HedgeDelay: 500 * time.Millisecond}}
+		tr := &Transport{Base: base, Budget: budget, Limiter: lim, Policy: Policy{HedgeDelay: 500 * time.Millisecond, HedgeRatio: 1}}
 		req := newReq(t, "PUT", "payload")
 		req.GetBody = func() (io.ReadCloser, error) { panic("GetBody") }
 		func() {
@@ -313,7 +323,7 @@ func TestHedgeWinnerDoesNotWaitForALosersDrain(t *testing.T) {
 			time.Sleep(10 * time.Millisecond) // answers at 20ms
 			return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("hedge")), Request: r}, nil
 		})
-		tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 10 * time.Millisecond}}
+		tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1}}
 		start := time.Now()
 		_, body, err := roundTrip(t, tr, newReq(t, "GET", ""))
 		if err != nil || body != "hedge" {
@@ -350,7 +360,7 @@ func TestHedgeLosersDrainOffTheCallersGoroutine(t *testing.T) {
 			PeekBody(resp, 16)
 			return DefaultClassify(resp, err)
 		}
-		tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 10 * time.Millisecond, Classify: classify}}
+		tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1, Classify: classify}}
 		start := time.Now()
 		_, body, err := roundTrip(t, tr, newReq(t, "GET", ""))
 		if err != nil || body != "first" {
@@ -391,8 +401,8 @@ func TestReportUnderHedgingOnBothLevels(t *testing.T) {
 			}
 			return &http.Response{StatusCode: code, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
 		})
-		inner := &Transport{Base: base, Policy: Policy{HedgeDelay: 3 * time.Millisecond, Rand: lowRand}}
-		outer := &Transport{Base: inner, Policy: Policy{HedgeDelay: 5 * time.Millisecond}}
+		inner := &Transport{Base: base, Policy: Policy{HedgeDelay: 3 * time.Millisecond, HedgeRatio: 1, Rand: lowRand}}
+		outer := &Transport{Base: inner, Policy: Policy{HedgeDelay: 5 * time.Millisecond, HedgeRatio: 1}}
 		var rep Report
 		req := newReq(t, "GET", "")
 		req = req.WithContext(WithReport(req.Context(), &rep))

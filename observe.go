@@ -124,8 +124,9 @@ type Attempt struct {
 	// HedgeWon reports whether a hedged copy's answer, not the first copy's,
 	// is this attempt's outcome.
 	HedgeWon bool
-	// HedgesRefused is how many hedges were not sent because the budget
-	// refused them or the Limiter was limiting.
+	// HedgesRefused is how many times a hedge was due and not sent: the
+	// hedge share (Policy.HedgeRatio) held none, or the Limiter had no
+	// permit due. A refused hedge is asked for again after another delay.
 	HedgesRefused int
 	// BudgetFallback reports that the budget is a shared one (such as
 	// redisbudget's) that could not reach its store and pays from a local

@@ -37,7 +37,7 @@ func TestOverride(t *testing.T) {
 			[]rht.Step{rht.Status(200).WithDelay(30 * time.Second)}, 1, Done, 30 * time.Second},
 		{"an AttemptTimeout", Policy{Rand: lowRand}, 500, Override{AttemptTimeout: 10 * time.Millisecond},
 			[]rht.Step{rht.Status(200).WithDelay(time.Hour), rht.Status(200)}, 2, Done, 10 * time.Millisecond},
-		{"no hedging", Policy{HedgeDelay: 10 * time.Millisecond}, 500, Override{NoHedging: true},
+		{"no hedging", Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1}, 500, Override{NoHedging: true},
 			[]rht.Step{rht.Status(200).WithDelay(time.Second), rht.Status(200)}, 1, Done, time.Second},
 	}
 	for _, tc := range tests {

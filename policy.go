@@ -94,16 +94,33 @@ type Policy struct {
 	// idempotency key, the same key on every copy; a body only through
 	// GetBody) has had no answer for HedgeDelay, another copy is sent, and
 	// the first answer that is not a retryable failure wins; the other
-	// copies are canceled, drained and closed. Each hedge is paid from the
-	// Budget (HedgeCost tokens from the token bucket, refunded if the hedge
-	// wins), counts as an attempt against MaxAttempts, and is reported in
-	// Attempt.Hedges. Set it near the dependency's 95th percentile latency.
+	// copies are canceled, drained and closed. Hedges are limited to
+	// HedgeRatio of the requests; one that cannot be sent yet is asked for
+	// again after another HedgeDelay. Each hedge counts as an attempt
+	// against MaxAttempts and is reported in Attempt.Hedges. Set it near the
+	// dependency's 95th percentile latency, or set HedgeQuantile instead.
 	// AttemptTimeout does not apply to hedged attempts. Zero means no
-	// hedging. See docs/guide-hedging.md.
+	// hedging, unless HedgeQuantile is set. See docs/guide-hedging.md.
 	HedgeDelay time.Duration
 
+	// HedgeQuantile, between 0 and 1 (0.95 for the 95th percentile), turns
+	// hedging on with a delay measured rather than set: the latency within
+	// which that share of the Transport's recent attempts answered (each
+	// destination's, with PerHost), over the last one to two thousand.
+	// Attempts are not hedged until the first thousand are measured.
+	// HedgeDelay, if set too, is the shortest delay. Zero means the fixed
+	// HedgeDelay.
+	HedgeQuantile float64
+
+	// HedgeRatio is the most hedged copies, as a share of the requests that
+	// may be hedged: every such request adds the share, every hedge takes
+	// one whole, starting from none, so that a dependency slow for everyone
+	// gets no more than this share in extra copies. Hedges are not paid
+	// from the Budget. Zero (or NaN) means DefaultHedgeRatio, 5%.
+	HedgeRatio float64
+
 	// MaxHedges is the most hedged copies of one attempt, each sent
-	// HedgeDelay after the previous one. Zero means 1.
+	// a hedge delay after the previous one. Zero means 1.
 	MaxHedges int
 
 	// SendAttemptHeader makes every attempt carry its number, 1 for the

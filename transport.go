@@ -105,6 +105,7 @@ type Transport struct {
 	once        sync.Once
 	defaultBase http.RoundTripper
 	inUse       RetryBudget // Budget, or a private bucket
+	hedging     *hedging    // when the Policy hedges
 	keys        keySource
 }
 
@@ -117,6 +118,9 @@ func (t *Transport) init() {
 	t.inUse = t.Budget
 	if t.Budget == nil || isNilPointer(t.Budget) {
 		t.inUse = NewBudget(DefaultBudgetTokens)
+	}
+	if t.Policy.HedgeDelay > 0 || t.Policy.hedgeQuantile() > 0 {
+		t.hedging = new(hedging)
 	}
 }
 

@@ -255,7 +255,7 @@ func TestGuideNames(t *testing.T) {
 		}
 		// A hedged request, so that the hedges counter is emitted too.
 		hedged := &retryhttp.Transport{Base: rht.NewTransport(rht.Status(200).WithDelay(time.Second), rht.Status(200)),
-			Policy: retryhttp.Policy{HedgeDelay: time.Millisecond}}
+			Policy: retryhttp.Policy{HedgeDelay: time.Millisecond, HedgeRatio: 1}}
 		m.Instrument(hedged, attribute.String("client", "orders"))
 		req, _ := http.NewRequest("GET", "http://orders.test/", nil)
 		resp, err := hedged.RoundTrip(req)

@@ -57,7 +57,7 @@ import (
 const (
 	// DefaultCapacity is the AWS quota's bucket: 35 transient retries.
 	DefaultCapacity = retryhttp.DefaultBudgetTokens
-	// DefaultLease is two transient retries, or one hedge: a process that
+	// DefaultLease is two transient retries: a process that
 	// retries makes one Redis call per two retries at most.
 	DefaultLease = 2 * retryhttp.RetryCost
 	// DefaultTimeout leaves room for a Redis one network hop away (a
@@ -214,8 +214,8 @@ func New(opts Options) (*Budget, error) {
 	b := &Budget{opts: opts, key: opts.Key, capacity: opts.Capacity, fallback: opts.Fallback, epoch: time.Now(), warmed: make(chan struct{})}
 	if opts.Shards > 1 {
 		b.key, b.capacity = ShardKey(opts.Key, rand.IntN(opts.Shards)), opts.Capacity/int64(opts.Shards)
-		if b.capacity < retryhttp.HedgeCost {
-			return nil, fmt.Errorf("redisbudget: a shard of %d tokens (Capacity/Shards) cannot pay for a hedge (%d)", b.capacity, retryhttp.HedgeCost)
+		if b.capacity < retryhttp.RetryCost {
+			return nil, fmt.Errorf("redisbudget: a shard of %d tokens (Capacity/Shards) cannot pay for a retry (%d)", b.capacity, retryhttp.RetryCost)
 		}
 	}
 	b.seen.Store(b.capacity) // a new bucket is full

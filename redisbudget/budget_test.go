@@ -315,8 +315,8 @@ func TestShardKey(t *testing.T) {
 			t.Errorf("ShardKey(%q, %d): got %q; want %q", tc.key, tc.i, got, tc.want)
 		}
 	}
-	if _, err := New(Options{Client: redis.NewClient(&redis.Options{}), Key: "k", Capacity: 100, Shards: 4}); err == nil {
-		t.Error("4 shards of 25 tokens: got no error; want one (a shard cannot pay for a hedge)")
+	if _, err := New(Options{Client: redis.NewClient(&redis.Options{}), Key: "k", Capacity: 40, Shards: 4}); err == nil {
+		t.Error("4 shards of 10 tokens: got no error; want one (a shard cannot pay for a retry)")
 	}
 }
 

@@ -34,7 +34,8 @@ type meter struct {
 	b                          *Budget
 	leasePaid, leaseRefunded   atomic.Int64 // tokens
 	fbPaid, fbRefunded         atomic.Int64 // tokens
-	retries, hedges, refusals  atomic.Int64 // withdrawals
+	retries, refusals          atomic.Int64 // withdrawals
+	hedges                     atomic.Int64 // hedged copies sent
 	worst                      atomic.Int64 // ns, the slowest withdrawal
 	late                       atomic.Int64 // withdrawals over Timeout + 20 ms
 	fallbacks                  atomic.Int64 // OnFallback reports of a failure
@@ -60,11 +61,7 @@ func (m *meter) Withdraw(c retryhttp.Class) (retryhttp.Tokens, bool) {
 		m.refusals.Add(1)
 		return t, false
 	}
-	if c == retryhttp.Hedge {
-		m.hedges.Add(1)
-	} else {
-		m.retries.Add(1)
-	}
+	m.retries.Add(1)
 	_, fromLease := t.Payer.(*lease)
 	if fromLease {
 		m.leasePaid.Add(t.Cost)
@@ -203,7 +200,8 @@ func chaosRun(t *testing.T, seed uint64) chaosFigures {
 		m.b = b
 		meters[i], budgets[i] = m, b
 		trs = append(trs, &retryhttp.Transport{Budget: m, Policy: retryhttp.Policy{BaseDelay: time.Millisecond,
-			MaxDelay: 2 * time.Millisecond, HedgeDelay: time.Millisecond}})
+			MaxDelay: 2 * time.Millisecond, HedgeDelay: time.Millisecond, HedgeRatio: 1},
+			OnAttempt: func(a retryhttp.Attempt) { m.hedges.Add(int64(a.Hedges)) }}) // hedges are not paid from the budget
 	}
 
 	stop := make(chan struct{})
@@ -303,7 +301,7 @@ func chaosRun(t *testing.T, seed uint64) chaosFigures {
 		fig.WorstCallMS = max(fig.WorstCallMS, float64(m.worst.Load())/1e6)
 		fig.RedisCalls += st.Calls
 		fig.LateCalls += m.late.Load()
-		fig.Withdrawals += m.retries.Load() + m.hedges.Load() + m.refusals.Load()
+		fig.Withdrawals += m.retries.Load() + m.refusals.Load()
 		fig.LocalRefusals += st.LocalRefusals
 	}
 	fig.WorstOversleepMS = float64(oversleep.Load()) / 1e6

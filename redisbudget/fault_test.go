@@ -52,32 +52,32 @@ func TestStalledRedisHoldsNoWithdrawalPastTimeout(t *testing.T) {
 	}
 }
 
-// No lease path grants more than the bucket holds: a hedge (28 tokens)
-// against a Lease of 14 takes 28, and a bucket of 56 pays for two hedges,
-// not three (the lease used to end at -42).
-func TestSmallLeasePaysForAHedge(t *testing.T) {
+// No lease path grants more than the bucket holds: a retry (14 tokens)
+// against a Lease of 5 takes 14, and a bucket of 28 pays for two retries,
+// not three (a lease smaller than a payment used to go below zero).
+func TestSmallLeasePaysForARetry(t *testing.T) {
 	s := startRedis(t)
 	b := newBudget(t, s.client(), "fleet", func(o *Options) {
-		o.Capacity = 56
-		o.Lease = retryhttp.RetryCost
+		o.Capacity = 2 * retryhttp.RetryCost
+		o.Lease = retryhttp.ThrottleRetryCost
 	})
 	var granted int
 	for i := range 3 {
-		if _, ok := b.Withdraw(retryhttp.Hedge); ok {
+		if _, ok := b.Withdraw(retryhttp.Transient); ok {
 			granted++
 		}
 		if b.Available() < 0 {
-			t.Errorf("after hedge %d: the lease holds %d; want at least 0", i+1, b.Available())
+			t.Errorf("after retry %d: the lease holds %d; want at least 0", i+1, b.Available())
 		}
 	}
 	if granted != 2 {
-		t.Errorf("got %d hedges granted from a bucket of 56; want 2", granted)
+		t.Errorf("got %d retries granted from a bucket of 28; want 2", granted)
 	}
 	if got := s.tokens("fleet"); got != 0 {
 		t.Errorf("got %d tokens in Redis; want 0", got)
 	}
-	if st := b.Stats(); st.Taken != 56 {
-		t.Errorf("got %d tokens taken; want 56", st.Taken)
+	if st := b.Stats(); st.Taken != 2*retryhttp.RetryCost {
+		t.Errorf("got %d tokens taken; want 28", st.Taken)
 	}
 }
 

@@ -189,7 +189,7 @@ func TestNoLeakWhenHedging(t *testing.T) {
 				srv.Start()
 				base = &http.Transport{}
 			}
-			tr := &retryhttp.Transport{Base: base, Policy: retryhttp.Policy{HedgeDelay: 20 * time.Millisecond}}
+			tr := &retryhttp.Transport{Base: base, Policy: retryhttp.Policy{HedgeDelay: 20 * time.Millisecond, HedgeRatio: 1}}
 			defer verifyNoneOnceIdle(t, tr, goleak.IgnoreCurrent())
 			warm, err := get(t, context.Background(), &http.Client{Transport: base}, srv.URL)
 			if err != nil {

@@ -1,0 +1,143 @@
+package retryhttp
+
+import (
+	"math"
+	"math/bits"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultHedgeRatio is the most hedged copies a Transport sends, as a share
+// of its hedgeable requests, when Policy.HedgeRatio is zero: one in twenty,
+// the share of requests slower than a 95th-percentile hedge delay. Dean and
+// Barroso's hedged BigTable reads ("The Tail at Scale") cost 2% more
+// requests; gRPC throttles hedges with the same token bucket as retries.
+const DefaultHedgeRatio = 0.05
+
+// A hedging is the state hedges share across requests: the hedges they may
+// still send, and the latencies of recent attempts, for an automatic delay.
+// A Transport has one, or one per destination with PerHost.
+type hedging struct {
+	quota hedgeQuota
+	lat   latency
+}
+
+// hedgeQuota lets hedges be at most a share of requests, in units of a
+// thousandth of a hedge: every hedgeable request adds the share, every
+// hedge takes a whole one. It starts empty, so that a dependency slow for
+// everyone gets no more than the share in extra copies from its first
+// request on, and holds at most hedgeBurst hedges, so that a quiet spell
+// does not store up a burst.
+type hedgeQuota struct{ milli atomic.Int64 }
+
+const hedgeBurst = 10
+
+// deposit adds a request's share. A full quota is only read.
+func (q *hedgeQuota) deposit(ratio float64) {
+	add := int64(ratio*1000 + 0.5)
+	for {
+		cur := q.milli.Load()
+		if cur >= hedgeBurst*1000 {
+			return
+		}
+		if q.milli.CompareAndSwap(cur, min(cur+add, hedgeBurst*1000)) {
+			return
+		}
+	}
+}
+
+// take takes one hedge, if the quota holds one.
+func (q *hedgeQuota) take() bool {
+	for {
+		cur := q.milli.Load()
+		if cur < 1000 {
+			return false
+		}
+		if q.milli.CompareAndSwap(cur, cur-1000) {
+			return true
+		}
+	}
+}
+
+// refund gives back a hedge taken and not sent.
+func (q *hedgeQuota) refund() { q.milli.Add(1000) }
+
+// latency keeps a running quantile of attempt latencies, for an automatic
+// hedge delay: counts in buckets a quarter of a doubling wide (latencies
+// read 19% coarse at most), in two generations of latencyWindow samples,
+// the newer one filled while both are read. The estimate is made again at
+// each turn of generations and follows the last latencyWindow to twice as
+// many attempts. It is lock-free: a sample counted as a generation turns
+// may land in the wrong one.
+type latency struct {
+	counts [2][latencyBuckets]atomic.Uint32
+	gen    atomic.Uint32 // the generation being filled
+	n      atomic.Int64  // samples in it
+	est    atomic.Int64  // the quantile at the last turn, in ns; 0 before
+}
+
+const (
+	latencyWindow     = 1000
+	latencySubBuckets = 4                        // per doubling
+	latencyMin        = 10 * time.Microsecond    // the first bucket's top
+	latencyBuckets    = 24*latencySubBuckets + 1 // up to about 168 s
+)
+
+// bucket returns the bucket of latency d.
+func bucket(d time.Duration) int {
+	u := uint64(max(d, 0)) / uint64(latencyMin) // in units of latencyMin
+	if u == 0 {
+		return 0
+	}
+	e := bits.Len64(u) - 1 // u in [2^e, 2^(e+1))
+	frac := 0
+	if e >= 2 {
+		frac = int(u>>(e-2)) & (latencySubBuckets - 1)
+	} else {
+		frac = int(u<<(2-e)) & (latencySubBuckets - 1)
+	}
+	return min(1+e*latencySubBuckets+frac, latencyBuckets-1)
+}
+
+// top returns the largest latency of bucket b.
+func top(b int) time.Duration {
+	if b == 0 {
+		return latencyMin
+	}
+	e, frac := (b-1)/latencySubBuckets, (b-1)%latencySubBuckets
+	return time.Duration(math.Ldexp(1+float64(frac+1)/latencySubBuckets, e)) * latencyMin
+}
+
+// record counts one attempt's latency; every latencyWindow samples, the
+// goroutine that counts the last one makes the estimate of quantile q anew.
+func (l *latency) record(d time.Duration, q float64) {
+	g := l.gen.Load() & 1
+	l.counts[g][bucket(d)].Add(1)
+	if l.n.Add(1) != latencyWindow {
+		return
+	}
+	var total uint64
+	var sum [latencyBuckets]uint64
+	for b := range sum {
+		sum[b] = uint64(l.counts[0][b].Load()) + uint64(l.counts[1][b].Load())
+		total += sum[b]
+	}
+	want := uint64(math.Ceil(q * float64(total)))
+	var seen uint64
+	for b, c := range sum {
+		if seen += c; seen >= want {
+			l.est.Store(int64(top(b)))
+			break
+		}
+	}
+	old := g ^ 1 // emptied, then filled from now on
+	for b := range l.counts[old] {
+		l.counts[old][b].Store(0)
+	}
+	l.gen.Store(old)
+	l.n.Store(0)
+}
+
+// estimate returns the quantile made at the last turn, or 0 before the
+// first latencyWindow samples.
+func (l *latency) estimate() time.Duration { return time.Duration(l.est.Load()) }
