@@ -79,24 +79,23 @@ func newFailsafe(base http.RoundTripper, _ bool) http.RoundTripper {
 // RetryDelay and a sleep. The SDK turns an HTTP status into an error in its
 // deserializers; here a 429 or 5xx becomes a statusError carrying the
 // status code, which the retryer's default checks read. Discarded responses
-// are drained and closed, as the SDK's deserializers do.
+// are drained and closed, as the SDK's deserializers do. It measures the
+// standard mode's cost per request; the throttling comparisons drive the
+// adaptive mode through a real client instead (AWSAdaptivePeer), whose
+// attempt tokens wait as the SDK's own do.
 type awsTransport struct {
 	base    http.RoundTripper
 	retryer aws.RetryerV2
-	// attemptToken is taken before attempt n (from 1). Nil means the
-	// standard mode's: the retryer's token for the first attempt, and for
-	// later ones the no-op the middleware gets from its retry metadata,
-	// which exists only inside the SDK's stack.
-	attemptToken func(ctx context.Context, n int) (func(error) error, error)
 }
 
 func nopRelease(error) error { return nil }
 
+// token is the attempt token taken before attempt n (from 1): the
+// retryer's for the first attempt, and for later ones the no-op the
+// middleware gets from its retry metadata, which exists only inside the
+// SDK's stack.
 func (t *awsTransport) token(ctx context.Context, n int) (func(error) error, error) {
-	switch {
-	case t.attemptToken != nil:
-		return t.attemptToken(ctx, n)
-	case n == 1:
+	if n == 1 {
 		return t.retryer.GetAttemptToken(ctx)
 	}
 	return nopRelease, nil

@@ -11,9 +11,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
+	"testing/synctest"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/failsafe-go/failsafe-go/adaptivethrottler"
 	"github.com/failsafe-go/failsafe-go/failsafehttp"
 	"github.com/herdproof/retryhttp"
@@ -74,26 +75,25 @@ type ThrottleSecond struct {
 	OK        int `json:"ok"`
 }
 
-// throttleImpl makes one client's RoundTripper over base.
-type throttleImpl struct {
-	name string
-	new  func(base http.RoundTripper, cfg ThrottleConfig) http.RoundTripper
+// throttleImpls are the implementations compared, in the JSON's order (the
+// matrix's peers: the AWS SDK's adaptive mode through a real STS client).
+func throttleImpls(cfg ThrottleConfig) []ThrottlePeer {
+	return []ThrottlePeer{
+		RetryHTTPPeer(PeerNone, nil),
+		AWSAdaptivePeer(),
+		TransportPeer(PeerFailsafe, func(base http.RoundTripper) http.RoundTripper {
+			return newFailsafeThrottler(base, cfg)
+		}),
+		retryHTTPLimited(cfg),
+	}
 }
 
-// throttleImpls are the implementations compared, in the JSON's order.
-var throttleImpls = []throttleImpl{
-	{"none", func(base http.RoundTripper, _ ThrottleConfig) http.RoundTripper {
-		return &retryhttp.Transport{Base: base}
-	}},
-	{"aws-adaptive", newAWSAdaptive},
-	{"failsafe-throttler", newFailsafeThrottler},
-	{"retryhttp", newRetryHTTPLimited},
-}
-
-// newRetryHTTPLimited is this library's Transport with a RateLimiter, the
-// rest at its defaults.
-func newRetryHTTPLimited(base http.RoundTripper, cfg ThrottleConfig) http.RoundTripper {
-	return &retryhttp.Transport{Base: base, Limiter: &retryhttp.RateLimiter{Recovery: cfg.Recovery}}
+// retryHTTPLimited is this library's Transport with a RateLimiter (its
+// Recovery from cfg), the rest at its defaults.
+func retryHTTPLimited(cfg ThrottleConfig) ThrottlePeer {
+	return RetryHTTPPeer(PeerRetryHTTP, func() *retryhttp.RateLimiter {
+		return &retryhttp.RateLimiter{Recovery: cfg.Recovery}
+	})
 }
 
 // binWidth is the resolution of the server's counts.
@@ -101,6 +101,7 @@ const binWidth = 100 * time.Millisecond
 
 // capacityServer admits requests from a token bucket and answers 429 when
 // it is empty; its rate halves at half time. It counts what it saw per bin.
+// Its answers are STS's (see stsOK), for the AWS SDK's client.
 type capacityServer struct {
 	cfg   ThrottleConfig
 	start time.Time
@@ -142,9 +143,13 @@ func (s *capacityServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.mu.Unlock()
+	w.Header().Set("Content-Type", "text/xml")
 	if !admitted {
 		w.WriteHeader(http.StatusTooManyRequests)
+		io.WriteString(w, stsThrottled)
+		return
 	}
+	io.WriteString(w, stsOK)
 }
 
 // handlerTransport serves each request with a handler in the calling
@@ -174,7 +179,7 @@ func ThrottleRecoverySweep(cfg ThrottleConfig, recoveries []time.Duration, seeds
 		for seed := range seeds {
 			cfg.Seed = uint64(seed + 1)
 			srv := newCapacityServer(cfg, time.Now())
-			runs = append(runs, runThrottle(cfg, throttleImpl{"retryhttp", newRetryHTTPLimited}, srv, handlerTransport{srv}, "http://capacity.test/"))
+			runs = append(runs, runThrottle(cfg, retryHTTPLimited(cfg), srv, handlerTransport{srv}, "http://capacity.test/"))
 		}
 		m := meanRun(runs)
 		m.Name = fmt.Sprintf("retryhttp, Recovery %v (mean of %d)", r, seeds)
@@ -221,49 +226,53 @@ func meanRun(runs []ThrottleRun) ThrottleRun {
 	return m
 }
 
-// ThrottleInMemory runs every implementation against a server called in
-// memory (see handlerTransport), one after another. Run it in a synctest
-// bubble: 60 s of fake time take a few seconds.
-func ThrottleInMemory(cfg ThrottleConfig) []ThrottleRun {
-	var runs []ThrottleRun
-	for _, impl := range throttleImpls {
-		start := time.Now()
-		srv := newCapacityServer(cfg, start)
-		runs = append(runs, runThrottle(cfg, impl, srv, handlerTransport{srv}, "http://capacity.test/"))
-	}
+// ThrottleInMemory runs every implementation against a server of its own
+// called in memory (see handlerTransport), each in a synctest bubble of its
+// own, as subtests of t: 60 s of fake time take a few seconds.
+func ThrottleInMemory(t *testing.T, cfg ThrottleConfig) []ThrottleRun {
+	impls := throttleImpls(cfg)
+	runs := make([]ThrottleRun, len(impls))
+	t.Run("in-memory", func(t *testing.T) {
+		for i, impl := range impls {
+			t.Run(impl.Name, func(t *testing.T) {
+				synctest.Test(t, func(*testing.T) {
+					srv := newCapacityServer(cfg, time.Now())
+					runs[i] = runThrottle(cfg, impl, srv, handlerTransport{srv}, "http://capacity.test/")
+				})
+			})
+		}
+	})
 	return runs
 }
 
-// ThrottleLoopback runs every implementation at once, each against a
-// loopback server of its own, in real time.
+// ThrottleLoopback runs every implementation against a loopback server of
+// its own, in real time, one after the other: the AWS SDK's waiters all
+// wake when a send token is due (each computes the same wait), and with
+// hundreds of them the CPU they take would slow whatever runs beside them.
 func ThrottleLoopback(cfg ThrottleConfig) []ThrottleRun {
-	runs := make([]ThrottleRun, len(throttleImpls))
-	var wg sync.WaitGroup
-	start := time.Now().Add(200 * time.Millisecond) // every run starts together
-	for i, impl := range throttleImpls {
+	var runs []ThrottleRun
+	for _, impl := range throttleImpls(cfg) {
+		start := time.Now().Add(200 * time.Millisecond)
 		srv := newCapacityServer(cfg, start)
 		ts := httptest.NewServer(srv)
 		base := &http.Transport{MaxIdleConnsPerHost: 200}
-		wg.Go(func() {
-			defer ts.Close()
-			defer base.CloseIdleConnections()
-			time.Sleep(time.Until(start))
-			runs[i] = runThrottle(cfg, impl, srv, base, ts.URL)
-		})
+		time.Sleep(time.Until(start))
+		runs = append(runs, runThrottle(cfg, impl, srv, base, ts.URL))
+		base.CloseIdleConnections()
+		ts.Close()
 	}
-	wg.Wait()
 	return runs
 }
 
-// runThrottle drives cfg.Clients clients, each with its own RoundTripper
-// from impl, at cfg.PerClient requests per second each (Poisson arrivals).
-func runThrottle(cfg ThrottleConfig, impl throttleImpl, srv *capacityServer, base http.RoundTripper, url string) ThrottleRun {
+// runThrottle drives cfg.Clients clients, each a client of its own from
+// impl, at cfg.PerClient requests per second each (Poisson arrivals).
+func runThrottle(cfg ThrottleConfig, impl ThrottlePeer, srv *capacityServer, base http.RoundTripper, url string) ThrottleRun {
 	oks := make([]int, cfg.Clients)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	start := srv.start
 	for c := range cfg.Clients {
-		rt := impl.new(base, cfg)
+		call := impl.NewClient(ClientEnv{Base: base, URL: url, Rand: lockedRand(cfg.Seed, uint64(1000+c))})
 		rnd := rand.New(rand.NewPCG(cfg.Seed, uint64(c)))
 		wg.Go(func() {
 			var reqs sync.WaitGroup
@@ -277,7 +286,9 @@ func runThrottle(cfg ThrottleConfig, impl throttleImpl, srv *capacityServer, bas
 				}
 				time.Sleep(time.Until(at))
 				reqs.Go(func() {
-					if sendOne(rt, url, cfg.Timeout) {
+					ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
+					defer cancel()
+					if call(ctx) {
 						mu.Lock()
 						oks[c]++
 						mu.Unlock()
@@ -285,30 +296,10 @@ func runThrottle(cfg ThrottleConfig, impl throttleImpl, srv *capacityServer, bas
 				})
 			}
 			reqs.Wait()
-			if ci, ok := rt.(interface{ CloseIdleConnections() }); ok {
-				ci.CloseIdleConnections()
-			}
 		})
 	}
 	wg.Wait()
-	return summarize(cfg, impl.name, srv, oks)
-}
-
-// sendOne makes one request with a deadline and reports whether it got a 2xx.
-func sendOne(rt http.RoundTripper, url string, timeout time.Duration) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
-	if err != nil {
-		panic(err)
-	}
-	resp, err := rt.RoundTrip(req)
-	if err != nil {
-		return false
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode/100 == 2
+	return summarize(cfg, impl.Name, srv, oks)
 }
 
 func summarize(cfg ThrottleConfig, name string, srv *capacityServer, oks []int) ThrottleRun {
@@ -391,51 +382,6 @@ func jain(xs []int) float64 {
 		return 0
 	}
 	return math.Round(sum*sum/(float64(len(xs))*sq)*1000) / 1000
-}
-
-// newAWSAdaptive is the AWS SDK for Go v2's adaptive retry mode
-// (retry.NewAdaptiveMode, with its defaults) driven as its retry middleware
-// drives it (awsTransport), with its attempt token, which waits for the
-// adaptive rate limiter, taken before every attempt. Outside the SDK's
-// middleware stack there is no retry metadata in the context, so the
-// standard part of every attempt token is the first attempt's (a success
-// adds the quota's NoRetryIncrement, 1 token): the rate limiter, which is
-// what is compared here, is driven exactly.
-func newAWSAdaptive(base http.RoundTripper, _ ThrottleConfig) http.RoundTripper {
-	retryer := retry.NewAdaptiveMode(func(o *retry.AdaptiveModeOptions) { o.FailOnNoAttemptTokens = true })
-	head := make(chan struct{}, 1) // held by the waiter that asks for a token
-	return &awsTransport{base: base, retryer: retryer, attemptToken: func(ctx context.Context, _ int) (func(error) error, error) {
-		return pollAttemptToken(ctx, retryer, head)
-	}}
-}
-
-// pollAttemptToken is GetAttemptToken's own wait, made so that it runs on a
-// fake clock. The SDK sleeps for exactly the time the missing fraction of a
-// token takes to refill, truncated to whole nanoseconds; on a fake clock,
-// which does not move while a goroutine runs, that becomes a zero sleep that
-// never ends. So FailOnNoAttemptTokens is set, and the waiters queue on
-// head: the first one asks again every millisecond (the precision of a timer
-// in real time) until it gets a token or its context ends.
-func pollAttemptToken(ctx context.Context, retryer *retry.AdaptiveMode, head chan struct{}) (func(error) error, error) {
-	select {
-	case head <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	defer func() { <-head }()
-	for {
-		release, err := retryer.GetAttemptToken(ctx)
-		if err == nil {
-			return release, nil
-		}
-		timer := time.NewTimer(time.Millisecond)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return nil, ctx.Err()
-		case <-timer.C:
-		}
-	}
 }
 
 // newFailsafeThrottler is failsafe-go's client-side adaptive throttler (the

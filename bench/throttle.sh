@@ -2,7 +2,7 @@
 # Runs docs/throttling.md's comparison: the fake-time run of
 # TestThrottlingGoals (its table), then the real-time loopback run, saved as
 # ../docs/throttling.json, its table, and the charts drawn from it into
-# ../docs/img. About two minutes. Usage: (cd bench && ./throttle.sh)
+# ../docs/img. About five minutes. Usage: (cd bench && ./throttle.sh)
 set -euo pipefail
 cd "$(dirname "$0")"
 echo "## Fake time (go test -run 'TestThrottlingGoals|TestThrottleRecovery' -v .)"

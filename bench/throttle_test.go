@@ -16,10 +16,7 @@ import (
 // AWS and fewer than failsafe-go at equal goodput, converging no slower
 // than either, at the start and after the capacity halves.
 func TestThrottlingGoals(t *testing.T) {
-	var runs []ThrottleRun
-	synctest.Test(t, func(t *testing.T) {
-		runs = ThrottleInMemory(DefaultThrottleConfig)
-	})
+	runs := ThrottleInMemory(t, DefaultThrottleConfig)
 	t.Logf("\n%s", ThrottleTable(runs))
 	by := map[string]ThrottleRun{}
 	for _, r := range runs {

@@ -1,9 +1,9 @@
 // Command throttle compares client-side throttling on one workload: a
 // server with a fixed capacity that answers 429 above it (halving half-way
 // through), and clients that want five times that capacity. It runs no
-// limiter, the AWS SDK for Go v2's adaptive retry mode, failsafe-go's
-// adaptive throttler and this library's RateLimiter side by side, each
-// against a loopback server of its own, in real time:
+// limiter, the AWS SDK for Go v2's adaptive retry mode (a real STS client),
+// failsafe-go's adaptive throttler and this library's RateLimiter one after
+// the other, each against a loopback server of its own, in real time:
 //
 //	cd bench && go run ./cmd/throttle          # a table
 //	cd bench && go run ./cmd/throttle -json    # one JSON object

@@ -1,0 +1,213 @@
+// Command matrix runs the throttling matrix: every workload of
+// bench.ThrottleMatrix, for several seeds, with no limiter, the AWS SDK's
+// adaptive mode through a real STS client, failsafe-go's adaptive throttler
+// and retryhttp's default RateLimiter, in fake time (testing/synctest), and
+// checks issue 18's goals for retryhttp:
+//
+//	cd bench && go run ./cmd/matrix                  # tables (several minutes)
+//	cd bench && go run ./cmd/matrix -json > ../docs/throttling-matrix.json
+//	cd bench && go run ./cmd/matrix -in ../docs/throttling-matrix.json
+//	cd bench && go run ./cmd/matrix -smoke           # CI-sized
+//	cd bench && go run ./cmd/matrix -only drop10x -maxwait 250ms
+//
+// -maxwait, -recovery and -beta add a peer "retryhttp-variant": retryhttp
+// with a RateLimiter so configured, whose goals are checked too. To measure
+// a change to retryhttp quickly, run only its peers against a saved run of
+// the others (the AWS SDK's runs take most of the time):
+//
+//	go run ./cmd/matrix -peers retryhttp -against ../docs/throttling-matrix.json
+//
+// Fake-time bubbles in one process do not run faster in parallel, so the
+// matrix is split into -procs shards, each run by a copy of this command in
+// a process of its own. A bubble needs a *testing.T: each shard runs as the
+// one test of a testing.Main, whose own output goes to stderr.
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/herdproof/retryhttp"
+	"github.com/herdproof/retryhttp/bench"
+)
+
+func main() {
+	asJSON := flag.Bool("json", false, "print the report as JSON")
+	in := flag.String("in", "", "print the tables of a report saved with -json instead of running")
+	seeds := flag.Int("seeds", 5, "seeds per workload")
+	only := flag.String("only", "", "run only the workloads whose names match this regexp")
+	smoke := flag.Bool("smoke", false, "run the CI-sized matrix (bench.SmokeMatrix) with one seed")
+	maxWait := flag.Duration("maxwait", 0, "add retryhttp-variant: a RateLimiter with this MaxWait")
+	recovery := flag.Duration("recovery", 0, "add retryhttp-variant: a RateLimiter with this Recovery")
+	beta := flag.Float64("beta", 0, "add retryhttp-variant: a RateLimiter with this Beta")
+	peerRE := flag.String("peers", "", "run only the peers whose names match this regexp")
+	against := flag.String("against", "", "take the runs of the peers not run from this saved report (same workloads and seeds)")
+	procs := flag.Int("procs", runtime.NumCPU(), "processes to run the matrix in")
+	shard := flag.String("shard", "", "internal: run shard i/n of the matrix and print its results as JSON")
+	testing.Init()
+	flag.Parse()
+
+	if *in != "" {
+		read(*in).Print(os.Stdout)
+		return
+	}
+
+	workloads := bench.ThrottleMatrix()
+	if *smoke {
+		workloads = bench.SmokeMatrix()
+		if !isSet("seeds") {
+			*seeds = 1
+		}
+	}
+	if *only != "" {
+		re := mustCompile(*only)
+		var w []bench.Workload
+		for _, x := range workloads {
+			if re.MatchString(x.Name) {
+				w = append(w, x)
+			}
+		}
+		workloads = w
+	}
+	peers := bench.DefaultThrottlePeers()
+	checked := []string{bench.PeerRetryHTTP}
+	if *maxWait > 0 || *recovery > 0 || *beta > 0 {
+		peers = append(peers, bench.RetryHTTPPeer("retryhttp-variant", func() *retryhttp.RateLimiter {
+			return &retryhttp.RateLimiter{MaxWait: *maxWait, Recovery: *recovery, Beta: *beta}
+		}))
+		checked = append(checked, "retryhttp-variant")
+	}
+	if *peerRE != "" {
+		re := mustCompile(*peerRE)
+		var p []bench.ThrottlePeer
+		for _, x := range peers {
+			if re.MatchString(x.Name) {
+				p = append(p, x)
+			}
+		}
+		peers = p
+	}
+
+	finish := func(results []bench.WorkloadResult, out io.Writer) {
+		if *against != "" {
+			results = bench.MergeResults(results, read(*against).Results)
+		}
+		report := bench.NewMatrixReport(results, *seeds, checked, bench.IssueThrottleGoals())
+		if *asJSON {
+			enc := json.NewEncoder(out)
+			enc.SetIndent("", " ")
+			if err := enc.Encode(report); err != nil {
+				fail(err)
+			}
+			return
+		}
+		report.Print(out)
+	}
+
+	if *shard != "" {
+		var i, n int
+		if _, err := fmt.Sscanf(*shard, "%d/%d", &i, &n); err != nil || n < 1 || i < 0 || i >= n {
+			fail(fmt.Errorf("-shard %q: want i/n with 0 <= i < n", *shard))
+		}
+		runInBubbles(func(t *testing.T, out *os.File) {
+			results := runShard(t, workloads, peers, *seeds, i, n)
+			if err := json.NewEncoder(out).Encode(results); err != nil {
+				t.Fatal(err)
+			}
+		})
+		return
+	}
+	if *procs <= 1 {
+		runInBubbles(func(t *testing.T, out *os.File) {
+			finish(runShard(t, workloads, peers, *seeds, 0, 1), out)
+		})
+		return
+	}
+
+	exe, err := os.Executable()
+	if err != nil {
+		fail(err)
+	}
+	parts := make([][]bench.WorkloadResult, *procs)
+	errs := make([]error, *procs)
+	var wg sync.WaitGroup
+	for i := range *procs {
+		wg.Go(func() {
+			args := append(os.Args[1:len(os.Args):len(os.Args)], "-shard", fmt.Sprintf("%d/%d", i, *procs))
+			cmd := exec.Command(exe, args...)
+			var stdout bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
+			if errs[i] = cmd.Run(); errs[i] == nil {
+				errs[i] = json.Unmarshal(stdout.Bytes(), &parts[i])
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			fail(fmt.Errorf("shard %d/%d: %w", i, *procs, err))
+		}
+	}
+	finish(bench.CombineResults(workloads, parts...), os.Stdout)
+}
+
+// runShard runs one shard of the matrix, telling its progress on stderr.
+func runShard(t *testing.T, workloads []bench.Workload, peers []bench.ThrottlePeer, seeds, i, n int) []bench.WorkloadResult {
+	start := time.Now()
+	done := 0
+	return bench.RunThrottleMatrixShard(t, workloads, peers, seeds, i, n, func(r bench.WorkloadResult) {
+		done++
+		fmt.Fprintf(os.Stderr, "shard %d/%d: %-36s %d seed(s) done, %v\n", i, n, r.Workload.Name, len(r.Runs)/max(len(peers), 1), time.Since(start).Round(time.Second))
+	})
+}
+
+// runInBubbles runs f as the one test of a testing.Main (synctest needs a
+// *testing.T), with the process's stdout as out: testing.Main's own verdict
+// goes to stderr. It exits the process.
+func runInBubbles(f func(t *testing.T, out *os.File)) {
+	out := os.Stdout
+	os.Stdout = os.Stderr
+	testing.Main(func(string, string) (bool, error) { return true, nil },
+		[]testing.InternalTest{{Name: "ThrottleMatrix", F: func(t *testing.T) { f(t, out) }}}, nil, nil)
+}
+
+func read(file string) bench.MatrixReport {
+	var r bench.MatrixReport
+	b, err := os.ReadFile(file)
+	if err == nil {
+		err = json.Unmarshal(b, &r)
+	}
+	if err != nil {
+		fail(err)
+	}
+	return r
+}
+
+func mustCompile(expr string) *regexp.Regexp {
+	re, err := regexp.Compile(expr)
+	if err != nil {
+		fail(err)
+	}
+	return re
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "matrix:", err)
+	os.Exit(1)
+}
+
+func isSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
