@@ -68,16 +68,17 @@ func (q *hedgeQuota) refund() { q.milli.Add(1000) }
 // the newer one filled while both are read. The estimate is made again at
 // each turn of generations and follows the last latencyWindow to twice as
 // many attempts. It is lock-free: a sample counted as a generation turns
-// may land in the wrong one.
+// may land in the wrong one. The zero latency is ready to use.
 type latency struct {
 	counts [2][latencyBuckets]atomic.Uint32
 	gen    atomic.Uint32 // the generation being filled
 	n      atomic.Int64  // samples in it
-	est    atomic.Int64  // the quantile at the last turn, in ns; 0 before
+	est    atomic.Int64  // the quantile at the last estimate, in ns; 0 before
+	turned atomic.Bool   // a generation has turned
 }
 
 const (
-	latencyWindow     = 1000
+	latencyWindow     = 500
 	latencySubBuckets = 4                        // per doubling
 	latencyMin        = 10 * time.Microsecond    // the first bucket's top
 	latencyBuckets    = 24*latencySubBuckets + 1 // up to about 168 s
@@ -108,14 +109,31 @@ func top(b int) time.Duration {
 	return time.Duration(math.Ldexp(1+float64(frac+1)/latencySubBuckets, e)) * latencyMin
 }
 
-// record counts one attempt's latency; every latencyWindow samples, the
-// goroutine that counts the last one makes the estimate of quantile q anew.
+// record counts one attempt's latency. Every latencyWindow samples, the
+// goroutine that counts the last one makes the estimate of quantile q anew
+// and turns the generations; before the first turn, a first estimate is
+// made at 20, 50, 100 and 200 samples (a high quantile of few samples is
+// near their largest: a late hedge, never an early one).
 func (l *latency) record(d time.Duration, q float64) {
 	g := l.gen.Load() & 1
 	l.counts[g][bucket(d)].Add(1)
-	if l.n.Add(1) != latencyWindow {
-		return
+	switch n := l.n.Add(1); {
+	case n == latencyWindow:
+		l.estimateFrom(q)
+		old := g ^ 1 // emptied, then filled from now on
+		for b := range l.counts[old] {
+			l.counts[old][b].Store(0)
+		}
+		l.gen.Store(old)
+		l.n.Store(0)
+		l.turned.Store(true)
+	case !l.turned.Load() && (n == 20 || n == 50 || n == 100 || n == 200):
+		l.estimateFrom(q)
 	}
+}
+
+// estimateFrom makes the estimate of quantile q from both generations.
+func (l *latency) estimateFrom(q float64) {
 	var total uint64
 	var sum [latencyBuckets]uint64
 	for b := range sum {
@@ -127,15 +145,9 @@ func (l *latency) record(d time.Duration, q float64) {
 	for b, c := range sum {
 		if seen += c; seen >= want {
 			l.est.Store(int64(top(b)))
-			break
+			return
 		}
 	}
-	old := g ^ 1 // emptied, then filled from now on
-	for b := range l.counts[old] {
-		l.counts[old][b].Store(0)
-	}
-	l.gen.Store(old)
-	l.n.Store(0)
 }
 
 // estimate returns the quantile made at the last turn, or 0 before the

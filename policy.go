@@ -106,10 +106,10 @@ type Policy struct {
 	// HedgeQuantile, between 0 and 1 (0.95 for the 95th percentile), turns
 	// hedging on with a delay measured rather than set: the latency within
 	// which that share of the Transport's recent attempts answered (each
-	// destination's, with PerHost), over the last one to two thousand.
-	// Attempts are not hedged until the first thousand are measured.
-	// HedgeDelay, if set too, is the shortest delay. Zero means the fixed
-	// HedgeDelay.
+	// destination's, with PerHost), over the last five hundred to a
+	// thousand. Attempts are not hedged until twenty are measured, and the
+	// first estimates, from few attempts, err late. HedgeDelay, if set
+	// too, is the shortest delay. Zero means the fixed HedgeDelay.
 	HedgeQuantile float64
 
 	// HedgeRatio is the most hedged copies, as a share of the requests that

@@ -106,12 +106,12 @@ type HedgePeer struct {
 
 // Names of the hedging matrix's peers.
 const (
-	HedgePeerNone               = "none"
-	HedgePeerFailsafe           = "failsafe"
-	HedgePeerFailsafeBudget     = "failsafe+budget"
-	HedgePeerFailsafeQuantile   = "failsafe-auto-p95"
-	HedgePeerRetryHTTP          = "retryhttp"
-	HedgePeerRetryHTTPUnlimited = "retryhttp-unlimited"
+	HedgePeerNone              = "none"
+	HedgePeerFailsafe          = "failsafe"
+	HedgePeerFailsafeBudget    = "failsafe+budget"
+	HedgePeerFailsafeQuantile  = "failsafe-auto-p95"
+	HedgePeerRetryHTTP         = "retryhttp"
+	HedgePeerRetryHTTPQuantile = "retryhttp-auto-p95"
 )
 
 // RetryHTTPHedgePeer is a retryhttp Transport that newTransport configures
@@ -131,7 +131,7 @@ func RetryHTTPHedgePeer(name string, newTransport func(base http.RoundTripper, d
 // at the delay without and with its own budget (budget.New(): hedges and
 // retries at most 20% of executions in flight, at least 3), failsafe-go's
 // automatic delay at its running 95th percentile, and retryhttp at the delay
-// with its default Budget and with an unlimited one.
+// and at its own running 95th percentile (Policy.HedgeQuantile).
 func DefaultHedgePeers() []HedgePeer {
 	return []HedgePeer{
 		{HedgePeerNone, func(base http.RoundTripper, _ time.Duration) http.RoundTripper {
@@ -150,8 +150,8 @@ func DefaultHedgePeers() []HedgePeer {
 		RetryHTTPHedgePeer(HedgePeerRetryHTTP, func(base http.RoundTripper, d time.Duration) *retryhttp.Transport {
 			return &retryhttp.Transport{Base: base, Policy: retryhttp.Policy{HedgeDelay: d}}
 		}),
-		RetryHTTPHedgePeer(HedgePeerRetryHTTPUnlimited, func(base http.RoundTripper, d time.Duration) *retryhttp.Transport {
-			return &retryhttp.Transport{Base: base, Policy: retryhttp.Policy{HedgeDelay: d}, Budget: retryhttp.UnlimitedBudget()}
+		RetryHTTPHedgePeer(HedgePeerRetryHTTPQuantile, func(base http.RoundTripper, _ time.Duration) *retryhttp.Transport {
+			return &retryhttp.Transport{Base: base, Policy: retryhttp.Policy{HedgeQuantile: 0.95}}
 		}),
 	}
 }

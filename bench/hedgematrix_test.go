@@ -59,7 +59,7 @@ func TestHedgeMatrixHarness(t *testing.T) {
 	for _, tc := range []struct {
 		peer   string
 		copies float64
-	}{{HedgePeerNone, 1}, {HedgePeerRetryHTTPUnlimited, 2}} {
+	}{{HedgePeerNone, 1}, {HedgePeerFailsafe, 2}} {
 		p, _ := findHedgePeer(peers, tc.peer)
 		r := runHedgeOnce(w, "http1", p, 5*time.Millisecond, 1)
 		if r.Requests != 6 || r.RequestsPerRequest != tc.copies || r.FirstSecond != tc.copies || r.P50Ms < 100 {
