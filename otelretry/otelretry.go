@@ -20,8 +20,11 @@
 //   - giveups (counter): every RoundTrip that ended on a retryable failure
 //     without retrying it, by reason (attempts exhausted, retry budget
 //     exhausted, deadline too close, ...).
+//   - hedges (counter): hedged copies (Policy.HedgeDelay), by method and
+//     outcome (sent, won, refused by the budget).
 //   - budget.tokens (observable gauge): the tokens in each instrumented
-//     Transport's budget.
+//     Transport's budget; budget.fallback (observable gauge): 1 while a
+//     fleet budget (redisbudget) pays from its local fallback, else 0.
 //   - ratelimit.rate (observable gauge, permits per second), ratelimit.cuts
 //     and ratelimit.refused (observable counters): the state of each
 //     instrumented Transport's Limiter, if it has one; ratelimit.wait
