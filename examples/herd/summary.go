@@ -28,8 +28,9 @@ type runResult struct {
 	// LastBack is when the last client succeeded; nil if none did.
 	LastBack *float64 `json:"last_back_seconds"`
 	GaveUp   int      `json:"gave_up"`
-	// TimerLate is the latest a 10 ms timer fired during the run.
-	TimerLate   float64 `json:"timer_late_seconds"`
+	// TimerLate is how late a 10 ms timer fired during the run, the 99th
+	// percentile.
+	TimerLate   float64 `json:"timer_late_p99_seconds"`
 	WallSeconds float64 `json:"wall_seconds"`
 	Arrivals    []int   `json:"arrivals"`
 }
@@ -139,7 +140,7 @@ func conclusions(m herd.Model, r demoRuns) []string {
 	for _, x := range []runResult{r.None, r.Full, r.Budget} {
 		late = max(late, x.TimerLate)
 	}
-	s = fmt.Sprintf("Timers fired up to %.2f model seconds late.", late)
+	s = fmt.Sprintf("Timers fired up to %.2f model seconds late (99th percentile).", late)
 	if late >= 0.1*m.Window.Seconds() {
 		s += " The machine was too busy for this time scale: late timers bunch arrivals up, so these runs are not the model's; a larger -scale slows the clock."
 	}
