@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -166,6 +167,23 @@ func TestRefusingUntil(t *testing.T) {
 	}{{nil, "never"}, {&one, "1 s after"}} {
 		if got := refusingUntil(tt.in); got != tt.want {
 			t.Errorf("refusingUntil(%v): got %q; want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+// The sentences round as the table prints: 3.65 is 3.6 in both.
+func TestConclusionsRoundAsTheTable(t *testing.T) {
+	m := herd.Standard
+	r := demoRuns{
+		None:   runResult{PeakRatio: 3.27, LastBack: ptr(37.5)},
+		Full:   runResult{PeakRatio: 3.65, LastBack: ptr(45.5)},
+		Budget: runResult{Clients: 1000, GaveUp: 1000},
+	}
+	got := strings.Join(conclusions(m, r), "\n")
+	tab := table(m, []runResult{r.None, r.Full})
+	for _, w := range []string{fmt.Sprintf("%.1fx", r.Full.PeakRatio), fmt.Sprintf("%.0f", *r.Full.LastBack), fmt.Sprintf("%.0f", *r.None.LastBack)} {
+		if !strings.Contains(tab, w) || !strings.Contains(got, w) {
+			t.Errorf("want %q in both the table and the sentences; got table\n%s\nsentences\n%s", w, tab, got)
 		}
 	}
 }

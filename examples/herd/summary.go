@@ -2,7 +2,7 @@ package main
 
 import (
 	"fmt"
-	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -103,7 +103,7 @@ func conclusions(m herd.Model, r demoRuns) []string {
 	fb, nb := r.Full.LastBack, r.None.LastBack
 	switch {
 	case fb != nil && nb != nil:
-		f, n := math.Round(*fb), math.Round(*nb)
+		f, n := round(*fb, 0), round(*nb, 0)
 		cmp := "as late as"
 		if f < n {
 			cmp = "sooner than"
@@ -113,9 +113,9 @@ func conclusions(m herd.Model, r demoRuns) []string {
 		out = append(out, fmt.Sprintf("The last client was back at %.0f s with full jitter, %s without jitter (%.0f s); the ideal is %.0f s.",
 			f, cmp, n, m.Ideal().Seconds()))
 	case fb != nil:
-		out = append(out, fmt.Sprintf("With full jitter the last client was back at %.0f s; without jitter, %d clients never were.", math.Round(*fb), r.None.GaveUp))
+		out = append(out, fmt.Sprintf("With full jitter the last client was back at %.0f s; without jitter, %d clients never were.", *fb, r.None.GaveUp))
 	case nb != nil:
-		out = append(out, fmt.Sprintf("Without jitter the last client was back at %.0f s; with full jitter, %d clients never were.", math.Round(*nb), r.Full.GaveUp))
+		out = append(out, fmt.Sprintf("Without jitter the last client was back at %.0f s; with full jitter, %d clients never were.", *nb, r.Full.GaveUp))
 	}
 
 	// Rejections after the outage.
@@ -147,9 +147,11 @@ func conclusions(m herd.Model, r demoRuns) []string {
 	return append(out, s)
 }
 
+// round is x as the table prints it (fmt's rounding, which math.Round
+// does not match on halves: 3.65 prints as 3.6).
 func round(x float64, decimals int) float64 {
-	p := math.Pow(10, float64(decimals))
-	return math.Round(x*p) / p
+	r, _ := strconv.ParseFloat(strconv.FormatFloat(x, 'f', decimals, 64), 64)
+	return r
 }
 
 func fewerMore(a, b int) string {
