@@ -108,14 +108,14 @@ func TestConclusionsFollowTheNumbers(t *testing.T) {
 				"back at 61 s with full jitter, later than without jitter (40 s)",
 				"rejected 1200 attempts with full jitter, more than without jitter (900)",
 				"990 of 1000 clients gave up",
-				"up to 0.90 model seconds late (99th percentile). The machine was too busy"},
+				"up to 0.90 model seconds late (99th percentile): the machine was too busy"},
 			[]string{"spread the herd out.", "sooner", "every client"}},
 		{"equal as printed", demoRuns{
 			None:   runResult{PeakRatio: 2.04, LastBack: ptr(40.2), RejectedAfter: 5},
 			Full:   runResult{PeakRatio: 1.96, LastBack: ptr(39.9), RejectedAfter: 5},
 			Budget: runResult{Clients: 1000, GaveUp: 0}},
 			[]string{"2.0x the capacity with full jitter and 2.0x without jitter: in this run jitter did not lower the peak.",
-				"as late as without jitter", "as many as", "no client gave up", "up to 0.00 model seconds late (99th percentile)."},
+				"as late as without jitter", "as many as", "no client gave up", "up to 0.00 model seconds late (99th percentile), under half a model second"},
 			[]string{"too busy"}},
 		{"nobody back without jitter", demoRuns{
 			None:   runResult{PeakRatio: 0, GaveUp: 1000},
