@@ -319,7 +319,8 @@ func (fallingBack) Fallback() (bool, error) { return true, nil }
 // README.md, Install: "`go mod tidy` then works: it reads the library from
 // the checkout, records that placeholder version ... A workspace ... builds
 // without touching your `go.mod`, but `go mod tidy` ignores workspaces and
-// fails as above, and so does any build with `GOWORK=off`". Offline: the
+// fails as above, and so does any build with `GOWORK=off` ...; in workspace
+// mode the go command also refuses `GOFLAGS=-mod=mod`". Offline: the
 // library's dependencies come from the module cache, and a lookup of the
 // library itself fails as it does on the proxy before a release.
 func TestInstallBeforeARelease(t *testing.T) {
@@ -385,6 +386,9 @@ func TestInstallBeforeARelease(t *testing.T) {
 		}
 		if out, err := goCmd(appDir, []string{"GOWORK=off"}, "build", "."); err == nil {
 			t.Errorf("GOWORK=off go build: got no error; want one\n%s", out)
+		}
+		if out, err := goCmd(appDir, []string{"GOWORK=" + filepath.Join(dir, "go.work"), "GOFLAGS=-mod=mod"}, "build", "."); err == nil {
+			t.Errorf("GOFLAGS=-mod=mod go build in the workspace: got no error; want one\n%s", out)
 		}
 	})
 }
