@@ -20,9 +20,11 @@
 //   - giveups (counter): every RoundTrip that ended on a retryable failure
 //     without retrying it, by reason (attempts exhausted, retry budget
 //     exhausted, deadline too close, ...).
+//   - hedges (counter): hedged copies (Policy.HedgeDelay), by method and
+//     outcome (sent, won, refused: the hedge share or the Limiter had none).
 //   - budget.tokens (observable gauge): the tokens in each instrumented
 //     Transport's budget; budget.fallback (observable gauge): 1 while a
-//     shared budget pays from its local fallback.
+//     fleet budget (redisbudget) pays from its local fallback, else 0.
 //   - budget.calls and budget.local_refusals (observable counters): a
 //     shared budget's calls to its store and the retries it refused without
 //     one, for budgets that report them (redisbudget's: a method
@@ -93,7 +95,7 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 	add(err)
 	m.tokens, err = m.meter.Int64ObservableGauge("retryhttp.budget.tokens", metric.WithDescription("Tokens in the retry budget"), metric.WithUnit("{token}"))
 	add(err)
-	m.hedges, err = m.meter.Int64Counter("retryhttp.hedges", metric.WithDescription("Hedged copies: sent, won (their answer was used), refused by the budget"), metric.WithUnit("{hedge}"))
+	m.hedges, err = m.meter.Int64Counter("retryhttp.hedges", metric.WithDescription("Hedged copies: sent, won (their answer was used), refused (the hedge share or the Limiter had none)"), metric.WithUnit("{hedge}"))
 	add(err)
 	m.fallback, err = m.meter.Int64ObservableGauge("retryhttp.budget.fallback",
 		metric.WithDescription("1 while a shared budget (redisbudget) pays from its local fallback because its store cannot be reached, else 0"),

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/herdproof/retryhttp"
@@ -25,12 +29,18 @@ type server struct {
 	start    time.Time
 	arrivals []int
 	admitted map[int]int
+	ok       int
 	last     time.Duration // model time of the last success
+}
+
+// model converts a wall-clock duration to model time.
+func (s *server) model(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * float64(time.Second) / float64(s.scale))
 }
 
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
-	t := time.Duration(float64(time.Since(s.start)) * float64(time.Second) / float64(s.scale)) // model time
+	t := s.model(time.Since(s.start))
 	k := int(t / s.m.Window)
 	for len(s.arrivals) <= k {
 		s.arrivals = append(s.arrivals, 0)
@@ -39,6 +49,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ok := t >= s.m.Outage && s.admitted[k] < s.m.Capacity
 	if ok {
 		s.admitted[k]++
+		s.ok++
 		s.last = max(s.last, t)
 	}
 	s.mu.Unlock()
@@ -47,17 +58,23 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// outcome is what one run of the real herd saw at the server.
 type outcome struct {
-	name      string
 	arrivals  []int
 	succeeded int
-	last      time.Duration
+	last      time.Duration // model time of the last success
+	late      time.Duration // the latest a timer fired, in model time
+	wall      time.Duration
 }
 
-func runReal(scale time.Duration) {
+func runReal(scale time.Duration, asJSON bool) {
 	m := herd.Standard
-	fmt.Printf("1,000 clients over loopback, the real Transport. The server is down for %v, then serves %d a second.\n", m.Outage, m.Capacity)
-	fmt.Printf("Time is scaled: 1 model second = %v of wall clock. Ideal: everyone back at %v.\n", scale, m.Ideal())
+	progress := io.Writer(os.Stdout)
+	if asJSON {
+		progress = os.Stderr
+	}
+	fmt.Fprintf(progress, "1,000 clients over loopback, the real Transport. The server is down for %v, then serves %d a second.\n", m.Outage, m.Capacity)
+	fmt.Fprintf(progress, "Time is scaled: 1 model second = %v of wall clock. Ideal: everyone back at %v.\n", scale, m.Ideal())
 
 	s := func(d time.Duration) time.Duration {
 		return time.Duration(float64(d) * float64(scale) / float64(time.Second))
@@ -72,47 +89,39 @@ func runReal(scale time.Duration) {
 		{"full jitter, no budget", withJitter(forever, retryhttp.FullJitter), retryhttp.UnlimitedBudget()},
 		{"full jitter, default budget, 3 attempts", retryhttp.Policy{BaseDelay: s(m.Base), MaxDelay: s(m.Cap)}, nil},
 	}
-	var results []outcome
+	var results []runResult
+	start := time.Now()
 	for i, run := range runs {
-		fmt.Printf("\nrun %d of %d: %s ...\n", i+1, len(runs), run.name)
-		o := herdOnce(m, scale, run.policy, run.budget)
-		o.name = run.name
-		results = append(results, o)
-		fmt.Printf("%s", chart(o.arrivals, m))
-	}
-
-	fmt.Printf("\nAfter the %v outage (attempts during it are all rejected and not counted in those columns):\n", m.Outage)
-	fmt.Printf("%-40s %8s %9s %14s %16s %10s\n", "run", "retries", "rejected", "peak/capacity", "last back (s)", "gave up")
-	for _, o := range results {
-		retries, rejected, peak := 0, 0, 0
-		for k, a := range o.arrivals {
-			retries += a
-			if time.Duration(k)*m.Window >= m.Outage {
-				peak = max(peak, a)
-			}
+		fmt.Fprintf(progress, "\nrun %d of %d: %s\n", i+1, len(runs), run.name)
+		o := herdOnce(m, scale, run.policy, run.budget, progress)
+		results = append(results, summarize(run.name, m, o))
+		if !asJSON {
+			fmt.Printf("%s", chart(o.arrivals, m))
 		}
-		retries -= m.Clients
-		rejected = retries + m.Clients - o.succeeded - outageAttempts(o.arrivals, m)
-		last := "-" // nobody came back
-		if o.succeeded > 0 {
-			last = fmt.Sprintf("%.0f", o.last.Seconds())
-		}
-		fmt.Printf("%-40s %8d %9d %13.1fx %16s %10d\n", o.name, retries, rejected, float64(peak)/float64(m.Capacity), last, m.Clients-o.succeeded)
 	}
-	fmt.Printf("%-40s %8s %9s %13.1fx %16.0f %10d\n", "ideal", "-", "0", 1.0, m.Ideal().Seconds(), 0)
-	fmt.Println(`
-Without jitter the herd comes back in lock step: every burst is the whole
-herd, the server admits 100 and rejects the rest, and the stragglers wait
-30 s between bursts. (The model gives exactly 1,000 per burst and the last
-client back at 271 s; here each burst is spread a little by the time the
-machine takes to serve it, which is natural jitter.) Full jitter spreads the
-retries so they arrive near the capacity soon after the outage. With 3
-attempts every client gives up during the outage, budget or not, so the
-peak after it is the same; what the default budget changes is the retries:
-3 attempts alone would send 2,000 into the outage, the budget's 500 tokens
-pay for 35, then every client fails fast and its caller decides, which is
-what a budget is for. go run ./examples/herd -model gives the exact
-figures.`)
+	herdRuns := demoRuns{None: results[0], Full: results[1], Budget: results[2]}
+	if asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		err := enc.Encode(map[string]any{
+			"clients": m.Clients, "capacity": m.Capacity, "outage_seconds": m.Outage.Seconds(),
+			"ideal_seconds": m.Ideal().Seconds(), "scale_seconds": scale.Seconds(),
+			"wall_seconds": time.Since(start).Seconds(), "runs": results,
+			"conclusions": conclusions(m, herdRuns),
+		})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
+	fmt.Println()
+	fmt.Print(table(m, results))
+	fmt.Println()
+	for _, c := range conclusions(m, herdRuns) {
+		fmt.Println(wrap(c, 76))
+	}
+	fmt.Println(wrap("go run ./examples/herd -model runs the same herd in virtual time, over many seeds; docs/herd.md explains both.", 76))
 }
 
 func withJitter(p retryhttp.Policy, j retryhttp.Jitter) retryhttp.Policy {
@@ -120,16 +129,10 @@ func withJitter(p retryhttp.Policy, j retryhttp.Jitter) retryhttp.Policy {
 	return p
 }
 
-// outageAttempts counts the arrivals during the outage, all rejected.
-func outageAttempts(arrivals []int, m herd.Model) int {
-	n := 0
-	for k := 0; k < len(arrivals) && time.Duration(k)*m.Window < m.Outage; k++ {
-		n += arrivals[k]
-	}
-	return n
-}
-
-func herdOnce(m herd.Model, scale time.Duration, p retryhttp.Policy, budget *retryhttp.Budget) outcome {
+// herdOnce runs the herd against a server of its own and returns what the
+// server saw. It writes a line of progress to progress (if not nil) every
+// 20 model seconds, and measures how late timers fire meanwhile.
+func herdOnce(m herd.Model, scale time.Duration, p retryhttp.Policy, budget *retryhttp.Budget, progress io.Writer) outcome {
 	srv := &server{m: m, scale: scale, admitted: map[int]int{}}
 	ts := httptest.NewUnstartedServer(srv)
 	ts.Config.ErrorLog = log.New(io.Discard, "", 0)
@@ -143,28 +146,73 @@ func herdOnce(m herd.Model, scale time.Duration, p retryhttp.Policy, budget *ret
 	client := &http.Client{Transport: tr}
 
 	var wg sync.WaitGroup
-	var mu sync.Mutex
-	ok := 0
+	var done atomic.Int64
+	stop := make(chan struct{})
+	watch := startWatch(stop, srv, m, scale, progress, &done)
+	srv.mu.Lock() // ServeHTTP reads it under the lock
 	srv.start = time.Now()
+	srv.mu.Unlock()
 	for range m.Clients {
 		wg.Go(func() {
+			defer done.Add(1)
 			resp, err := client.Get(ts.URL)
 			if err != nil {
 				return
 			}
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				mu.Lock()
-				ok++
-				mu.Unlock()
-			}
 		})
 	}
 	wg.Wait()
+	close(stop)
+	late := <-watch
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
-	return outcome{arrivals: srv.arrivals, succeeded: ok, last: srv.last}
+	return outcome{arrivals: srv.arrivals, succeeded: srv.ok, last: srv.last,
+		late: srv.model(late), wall: time.Since(srv.start)}
+}
+
+// startWatch prints progress every 20 model seconds and measures how late
+// a 10 ms timer fires, until stop is closed; then it sends the 99th
+// percentile of the lateness (a single pause, a GC or a burst of requests,
+// does not count; a machine that keeps timers waiting does).
+func startWatch(stop chan struct{}, srv *server, m herd.Model, scale time.Duration, progress io.Writer, done *atomic.Int64) chan time.Duration {
+	out := make(chan time.Duration, 1)
+	go func() {
+		const tick = 10 * time.Millisecond
+		var late []time.Duration
+		every := 20 * scale
+		next := every
+		begin := time.Now()
+		for {
+			select {
+			case <-stop:
+				slices.Sort(late)
+				p99 := time.Duration(0)
+				if len(late) > 0 {
+					p99 = late[len(late)*99/100]
+				}
+				out <- p99
+				return
+			default:
+			}
+			t0 := time.Now()
+			time.Sleep(tick)
+			late = append(late, time.Since(t0)-tick)
+			if progress != nil && time.Since(begin) >= next {
+				srv.mu.Lock()
+				ok, attempts := srv.ok, 0
+				for _, a := range srv.arrivals {
+					attempts += a
+				}
+				srv.mu.Unlock()
+				fmt.Fprintf(progress, "  t = %3.0f s: %4d of %d clients back, %d gave up, %d attempts so far\n",
+					srv.model(time.Since(begin)).Seconds(), ok, m.Clients, int(done.Load())-ok, attempts)
+				next += every
+			}
+		}
+	}()
+	return out
 }
 
 // chart draws arrivals per second as columns, with the capacity as a line.

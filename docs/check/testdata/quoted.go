@@ -1,0 +1,8 @@
+package testdata
+
+import "fmt"
+
+// Quoted is quoted by checker_test.go.
+func Quoted() {
+	fmt.Println("hello")
+}

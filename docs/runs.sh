@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Makes the saved runs that the docs quote (docs/*.json, docs/*.txt), each
+# with the command that measures it. The figures in the prose are checked
+# against these files by docs/check (see docs/check/doc.go): after a run,
+# `cd docs/check && go test .` lists every figure that changed.
+#
+#   docs/runs.sh             # all of them (about ten minutes on 2 cores)
+#   docs/runs.sh herd-model  # one (the names below)
+#
+# docs/benchmarks.md and docs/throttling.json are made by bench/run.sh and
+# bench/throttle.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+run() { # name, then the command; its output is docs/<name>
+	local name=$1
+	shift
+	if [ -n "$only" ] && [ "$only" != "${name%.*}" ]; then return; fi
+	echo "docs/$name: $*" >&2
+	"$@" > "docs/$name.tmp"
+	mv "docs/$name.tmp" "docs/$name"
+}
+only=${1:-}
+
+# The herd (docs/herd.md, docs/budget.md). The model, the layers and the
+# budget runs are deterministic; the real herd is a loopback run.
+run herd-model.json go run ./examples/herd -model -seeds 200 -json
+run herd-layers.json go run ./examples/herd -layers -json -requests 3000
+run budget.json go run ./examples/herd -budget -json
+run herd-real.json go run ./examples/herd -json
+# The same on a loaded machine (six busy loops of its own on the two
+# cores), where the runs stray from the model and the demo's sentences
+# must still follow its table.
+busy() {
+	local pids=()
+	for _ in 1 2 3 4 5 6; do
+		sh -c 'while :; do :; done' &
+		pids+=($!)
+	done
+	"$@" || true
+	kill "${pids[@]}"
+}
+run herd-real-busy.json busy go run ./examples/herd -json
+
+# Hedging (docs/guide-hedging.md), over loopback.
+run hedging.json sh -c 'cd bench && go run ./cmd/hedge -json'
+
+# Throttling (docs/throttling.md): the Recovery trade-off, over loopback
+# (the default, 12 s, is docs/throttling.json).
+run throttling-recovery-4s.json sh -c 'cd bench && go run ./cmd/throttle -json -recovery 4s'
+run throttling-recovery-24s.json sh -c 'cd bench && go run ./cmd/throttle -json -recovery 24s'
+
+# A fleet sharing one budget (docs/fleet.md), with a redis-server of its
+# own, and with Redis unreachable.
+run fleet.json sh -c 'cd redisbudget && go run ./examples/fleet -json'
+run fleet-no-redis.json sh -c 'cd redisbudget && REDIS_URL=redis://127.0.0.1:1 go run ./examples/fleet -json -outage 2s'
+run fleet-bench.txt sh -c "cd redisbudget && go test -run '^\$' -bench . -benchmem -count=6 ."
+
+# The root module's benchmarks that the docs quote: the success path with
+# an idle RateLimiter, the idempotency key, the Handler middleware.
+run bench-root.txt go test -run '^$' -bench 'RoundTripSuccess|IdempotencyKey|Handler' -benchmem -count=6 .
