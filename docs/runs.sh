@@ -42,6 +42,9 @@ busy() {
 }
 run herd-real-busy.json busy go run ./examples/herd -json
 
+# One client, many hosts (docs/guide-many-hosts.md), over loopback.
+run webhooks.json go run ./examples/webhooks -json
+
 # Hedging (docs/guide-hedging.md), over loopback.
 run hedging.json sh -c 'cd bench && go run ./cmd/hedge -json'
 
