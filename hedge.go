@@ -241,6 +241,7 @@ func (c *call) sendHedged() {
 			if len(r.copies) >= maxCopies || o.hedges.sent >= p.maxHedges() {
 				continue
 			}
+			next := delay
 			req, ok := c.hedge(r, o.number+len(r.copies))
 			if ok {
 				hc := r.next
@@ -249,14 +250,18 @@ func (c *call) sendHedged() {
 				o.hedges.sent++
 				inflight++
 			} else {
-				o.hedges.refused++ // asked again after another delay
+				o.hedges.refused++
+				next = max(delay/4, time.Millisecond) // asked again soon: the share refills as requests come
 			}
-			timer.Reset(delay)
+			timer.Reset(next)
 		}
 	}
 	r.end(winner)
 	c.race = nil
 	o.hedges.won = winner > 0 && !o.class.retryable() && c.ctx.Err() == nil
+	if o.hedges.won {
+		c.hs.quota.refund() // it cut the tail, and its loser was canceled: the share pays for another
+	}
 	c.report.merge(r.copies[winner].report)
 	if o.resp == nil && o.release != nil {
 		o.release()

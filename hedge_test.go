@@ -18,9 +18,10 @@ import (
 
 func TestHedging(t *testing.T) {
 	// Hedged after 10ms; the hedge share is whole for each request here
-	// (HedgeRatio 1) unless a case says otherwise. Hedges never touch the
-	// retry budget.
-	slow := func(code int) rht.Step { return rht.Status(code).WithDelay(195 * time.Millisecond).WithBody("slow") }
+	// (HedgeRatio 1) unless a case says otherwise; a hedge the share cannot
+	// pay for is asked for again every quarter of the delay. Hedges never
+	// touch the retry budget.
+	slow := func(code int) rht.Step { return rht.Status(code).WithDelay(196 * time.Millisecond).WithBody("slow") }
 	fast := rht.Status(200).WithBody("fast")
 	tests := []struct {
 		name     string
@@ -37,19 +38,19 @@ func TestHedging(t *testing.T) {
 		{"a slow copy: the hedge wins", []rht.Step{slow(200), fast}, "GET", Policy{HedgeRatio: 1},
 			10 * time.Millisecond, "fast", 2, 1, true, 0},
 		{"slow for everyone: the first copy wins", []rht.Step{slow(200)}, "GET", Policy{HedgeRatio: 1},
-			195 * time.Millisecond, "slow", 2, 1, false, 0},
-		{"the share holds half a hedge: none, asked for every 10ms", []rht.Step{slow(200)}, "GET", Policy{HedgeRatio: 0.5},
-			195 * time.Millisecond, "slow", 1, 0, false, 19},
+			196 * time.Millisecond, "slow", 2, 1, false, 0},
+		{"the share holds half a hedge: none, asked for at 10ms, then every 2.5ms", []rht.Step{slow(200)}, "GET", Policy{HedgeRatio: 0.5},
+			196 * time.Millisecond, "slow", 1, 0, false, 75},
 		{"the default share starts empty", []rht.Step{slow(200)}, "GET", Policy{},
-			195 * time.Millisecond, "slow", 1, 0, false, 19},
+			196 * time.Millisecond, "slow", 1, 0, false, 75},
 		{"two hedges allowed", []rht.Step{slow(200), slow(200), fast}, "GET", Policy{HedgeRatio: 2, MaxHedges: 2},
 			20 * time.Millisecond, "fast", 3, 2, true, 0},
 		{"a second hedge the share cannot pay for", []rht.Step{slow(200), slow(200), fast}, "GET", Policy{HedgeRatio: 1, MaxHedges: 2},
-			195 * time.Millisecond, "slow", 2, 1, false, 18},
+			196 * time.Millisecond, "slow", 2, 1, false, 71},
 		{"hedges count against MaxAttempts", []rht.Step{slow(200), slow(200), fast}, "GET", Policy{HedgeRatio: 5, MaxHedges: 5, MaxAttempts: 2},
-			195 * time.Millisecond, "slow", 2, 1, false, 0},
+			196 * time.Millisecond, "slow", 2, 1, false, 0},
 		{"a keyless POST is never hedged", []rht.Step{slow(200), fast}, "POST", Policy{HedgeRatio: 1, NoIdempotencyKeys: true},
-			195 * time.Millisecond, "slow", 1, 0, false, 0},
+			196 * time.Millisecond, "slow", 1, 0, false, 0},
 		{"a keyed POST is hedged with the same key and body", []rht.Step{slow(201), rht.Status(201).WithBody("fast")}, "POST", Policy{HedgeRatio: 1},
 			10 * time.Millisecond, "fast", 2, 1, true, 0},
 	}
@@ -234,7 +235,7 @@ func TestHedgesTakePermits(t *testing.T) {
 	// it never waits for one, nor pushes the other attempts back. After one
 	// 429 at 1 send in 100ms the rate is about 7/s, a permit every 140ms or
 	// so: a hedge due 10ms after its first copy finds none, and is asked
-	// for again every 10ms until one is due; one due after 500ms finds one
+	// for again every 2.5ms until one is due; one due after 500ms finds one
 	// at once.
 	for _, delay := range []time.Duration{10 * time.Millisecond, 500 * time.Millisecond} {
 		t.Run(delay.String(), func(t *testing.T) {
@@ -252,11 +253,11 @@ func TestHedgesTakePermits(t *testing.T) {
 				iv := interval(lim.rateAt(start)) // the slot the first copy takes
 				lim.mu.Unlock()
 				_, body, err := roundTrip(t, tr, newReq(t, "GET", ""))
-				refused := 0
+				refused, reask := 0, delay/4 // asked at delay, then every quarter of it
 				if delay < iv {
-					refused = int(iv / delay) // asked at each delay before the next permit
+					refused = int((iv - delay + reask - 1) / reask)
 				}
-				took := time.Duration(refused+1) * delay
+				took := delay + time.Duration(refused)*reask
 				if err != nil || body != "fast" || time.Since(start) != took {
 					t.Fatalf("got (%q, %v) after %v; want the hedge's \"fast\" after %v", body, err, time.Since(start), took)
 				}

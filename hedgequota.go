@@ -2,7 +2,6 @@ package retryhttp
 
 import (
 	"math"
-	"math/bits"
 	"sync/atomic"
 	"time"
 )
@@ -84,29 +83,26 @@ const (
 	latencyBuckets    = 24*latencySubBuckets + 1 // up to about 168 s
 )
 
-// bucket returns the bucket of latency d.
+// bucket returns the bucket of latency d: bucket 0 holds what is under
+// latencyMin, bucket b > 0 the latencies from top(b-1) up to top(b), and
+// the last one everything longer.
 func bucket(d time.Duration) int {
-	u := uint64(max(d, 0)) / uint64(latencyMin) // in units of latencyMin
-	if u == 0 {
+	x := float64(d) / float64(latencyMin)
+	if x < 1 {
 		return 0
 	}
-	e := bits.Len64(u) - 1 // u in [2^e, 2^(e+1))
-	frac := 0
-	if e >= 2 {
-		frac = int(u>>(e-2)) & (latencySubBuckets - 1)
-	} else {
-		frac = int(u<<(2-e)) & (latencySubBuckets - 1)
-	}
-	return min(1+e*latencySubBuckets+frac, latencyBuckets-1)
+	m, exp := math.Frexp(x) // x = m·2^exp, m in [0.5, 1)
+	frac := int((2*m - 1) * latencySubBuckets)
+	return min(1+(exp-1)*latencySubBuckets+frac, latencyBuckets-1)
 }
 
-// top returns the largest latency of bucket b.
+// top returns the top of bucket b: the latencies in it are shorter.
 func top(b int) time.Duration {
 	if b == 0 {
 		return latencyMin
 	}
 	e, frac := (b-1)/latencySubBuckets, (b-1)%latencySubBuckets
-	return time.Duration(math.Ldexp(1+float64(frac+1)/latencySubBuckets, e)) * latencyMin
+	return time.Duration(math.Ldexp(1+float64(frac+1)/latencySubBuckets, e) * float64(latencyMin))
 }
 
 // record counts one attempt's latency. Every latencyWindow samples, the

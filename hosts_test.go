@@ -221,3 +221,33 @@ func TestPerHostUnderConcurrency(t *testing.T) {
 		t.Errorf("got %d destinations tracked; want at most 8", n)
 	}
 }
+
+func TestPerHostHedgeDelays(t *testing.T) {
+	// With PerHost and HedgeQuantile, each destination measures its own
+	// latencies: after 20 answers, fast.test (1ms) hedges after 1.12ms and
+	// slow.test (50ms) after 51.2ms, the tops of their buckets.
+	synctest.Test(t, func(t *testing.T) {
+		base := byHost{
+			"fast.test": rht.NewTransport(rht.Status(200).WithDelay(time.Millisecond).Times(20), rht.Status(200).WithDelay(time.Second), rht.Status(200)),
+			"slow.test": rht.NewTransport(rht.Status(200).WithDelay(50*time.Millisecond).Times(20), rht.Status(200).WithDelay(time.Second), rht.Status(200)),
+		}
+		tr := &Transport{Base: base, PerHost: &PerHost{}, Policy: Policy{HedgeQuantile: 0.95, HedgeRatio: 1}}
+		get := func(host string) time.Duration {
+			r, _ := http.NewRequest("GET", "http://"+host+"/", nil)
+			start := time.Now()
+			roundTrip(t, tr, r)
+			return time.Since(start)
+		}
+		for range 20 {
+			get("fast.test")
+			get("slow.test")
+		}
+		synctest.Wait()
+		for host, want := range map[string]time.Duration{"fast.test": 1120 * time.Microsecond, "slow.test": 51200 * time.Microsecond} {
+			if got := get(host); got != want {
+				t.Errorf("%s: the hedged request took %v; want %v (its own 95th percentile)", host, got, want)
+			}
+		}
+		time.Sleep(time.Second) // the slow first copies, canceled, let go
+	})
+}

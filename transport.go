@@ -94,12 +94,12 @@ type Transport struct {
 	// failure ("retryhttp: giving up"), and at Warn for a request whose
 	// next attempt got no send permit from the Limiter ("retryhttp: no
 	// send permit"; no attempt, so no OnAttempt call, is made for it).
-	// Lines carry the method, the URL without user info or query, the
-	// attempt, the status or error, the class, the decision, the delay and
-	// its source, and the tokens left; budget_fallback when a shared
-	// budget pays from its local fallback, rate_limit when the Limiter is
-	// limiting, and permit_wait when the attempt waited for a permit. They
-	// never carry a header or a body. Nil means no logging.
+	// Lines carry the method, the URL without user info, query or
+	// fragment, the attempt, the status or error, the class, the decision,
+	// the delay and its source, and the tokens left; budget_fallback when
+	// a shared budget pays from its local fallback, rate_limit when the
+	// Limiter is limiting, and permit_wait when the attempt waited for a
+	// permit. They never carry a header or a body. Nil means no logging.
 	Logger *slog.Logger
 
 	once        sync.Once

@@ -1,0 +1,141 @@
+package retryhttp
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	rht "github.com/herdproof/retryhttp/retryhttptest"
+)
+
+func TestHedgeShareBoundsExtraCopies(t *testing.T) {
+	// 200 requests one after another, every copy slow, hedged after 10ms
+	// with the default share (5%, starting empty): each request adds a
+	// twentieth of a hedge, so requests 20, 40, ... 200 get one, and lose
+	// (their first copy answers first). 10 hedges: 5% extra, from the first
+	// request on.
+	synctest.Test(t, func(t *testing.T) {
+		base := rht.NewTransport(rht.Status(200).WithDelay(100 * time.Millisecond))
+		var hedged []int
+		tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 10 * time.Millisecond},
+			OnAttempt: func(a Attempt) {
+				if a.Hedges > 0 {
+					hedged = append(hedged, len(hedged))
+				}
+			}}
+		for range 200 {
+			roundTrip(t, tr, newReq(t, "GET", ""))
+		}
+		if got := len(base.Attempts()); got != 210 {
+			t.Errorf("got %d copies for 200 requests; want 210", got)
+		}
+		if len(hedged) != 10 {
+			t.Errorf("got %d hedged requests; want 10", len(hedged))
+		}
+	})
+}
+
+func TestHedgeThatWinsGivesItsShareBack(t *testing.T) {
+	// Every first copy slow and every hedge fast: once the share holds a
+	// hedge (request 20), each hedge wins and gives it back, so every
+	// request from the 20th on is hedged: 181 of 200.
+	synctest.Test(t, func(t *testing.T) {
+		tr := &Transport{Base: roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			if RequestAttempt(r) == 1 {
+				<-r.Context().Done() // slow: canceled when the hedge wins, or after a second
+				return nil, r.Context().Err()
+			}
+			return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
+		}), Policy: Policy{HedgeDelay: 10 * time.Millisecond, SendAttemptHeader: true, Timeout: time.Second}}
+		won := 0
+		tr.OnAttempt = func(a Attempt) {
+			if a.HedgeWon {
+				won++
+			}
+		}
+		for range 200 {
+			roundTrip(t, tr, newReq(t, "GET", ""))
+		}
+		if won != 181 {
+			t.Errorf("got %d hedges that won; want 181", won)
+		}
+	})
+}
+
+func TestLatencyQuantile(t *testing.T) {
+	// Buckets are a quarter of a doubling wide: 1ms falls in the one up to
+	// 1.12ms (1.75 x 64 x 10µs), 100ms in the one up to 102.4ms.
+	tests := []struct {
+		q    float64
+		want time.Duration
+	}{
+		{0.5, 1120 * time.Microsecond},
+		{0.95, 1120 * time.Microsecond},
+		{0.951, 102400 * time.Microsecond},
+		{0.99, 102400 * time.Microsecond},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprint(tc.q), func(t *testing.T) {
+			var l latency
+			for i := range latencyWindow {
+				d := time.Millisecond
+				if i%20 == 19 { // one in twenty
+					d = 100 * time.Millisecond
+				}
+				l.record(d, tc.q)
+			}
+			if got := l.estimate(); got != tc.want {
+				t.Errorf("got %v; want %v", got, tc.want)
+			}
+		})
+	}
+	t.Run("early estimates", func(t *testing.T) {
+		var l latency
+		for i := range 19 {
+			l.record(time.Millisecond, 0.95)
+			if got := l.estimate(); got != 0 {
+				t.Fatalf("after %d samples: got %v; want none yet", i+1, got)
+			}
+		}
+		l.record(time.Millisecond, 0.95)
+		if got := l.estimate(); got != 1120*time.Microsecond {
+			t.Errorf("after 20 samples: got %v; want 1.12ms", got)
+		}
+	})
+	t.Run("bucket edges", func(t *testing.T) {
+		for _, d := range []time.Duration{0, time.Microsecond, 10 * time.Microsecond, 12499 * time.Nanosecond, 12500 * time.Nanosecond,
+			15 * time.Microsecond, time.Millisecond, 1120 * time.Microsecond, time.Second, 100 * time.Second} {
+			if b := bucket(d); d >= top(b) || (b > 0 && d < top(b-1)) {
+				t.Errorf("%v: bucket %d holds [%v, %v)", d, b, top(b-1), top(b))
+			}
+		}
+		if b := bucket(time.Hour); b != latencyBuckets-1 {
+			t.Errorf("an hour: got bucket %d; want the last, %d", b, latencyBuckets-1)
+		}
+	})
+}
+
+func TestHedgeQuantileDelay(t *testing.T) {
+	// With HedgeQuantile 0.95, no hedge until 20 attempts are measured; then
+	// the delay is their 95th percentile: 1ms answers put it at 1.12ms.
+	synctest.Test(t, func(t *testing.T) {
+		steps := []rht.Step{rht.Status(200).WithDelay(time.Millisecond).Times(20), rht.Status(200).WithDelay(time.Second), rht.Status(200)}
+		base := rht.NewTransport(steps...)
+		var last Attempt
+		tr := &Transport{Base: base, Policy: Policy{HedgeQuantile: 0.95, HedgeRatio: 1}, OnAttempt: func(a Attempt) { last = a }}
+		for range 20 {
+			roundTrip(t, tr, newReq(t, "GET", ""))
+			if last.Hedges != 0 {
+				t.Fatal("a hedge before 20 attempts were measured")
+			}
+		}
+		synctest.Wait() // the copies count their latencies
+		start := time.Now()
+		roundTrip(t, tr, newReq(t, "GET", ""))
+		if took := time.Since(start); last.Hedges != 1 || !last.HedgeWon || took != 1120*time.Microsecond {
+			t.Errorf("got %d hedges (won %v) after %v; want the hedge's answer after 1.12ms", last.Hedges, last.HedgeWon, took)
+		}
+	})
+}
