@@ -4,11 +4,11 @@ import (
 	"testing"
 )
 
-// TestHedgingGoals runs a smaller version of docs/benchmarks.md's hedging
-// comparison and asserts its goals, with margins for a busy machine: on the
-// tail workload, p99 at least 5x lower than without hedging at no more than
-// 10% extra requests, and no worse than failsafe-go's hedge policy; on the
-// slow-all workload, at most 5% extra requests once the budget has reacted.
+// TestHedgingGoals runs a smaller version of the hedging comparison
+// (cmd/hedge) and asserts what hedging must do, with margins for a busy
+// machine: on the tail workload, p99 at least 5x lower than without
+// hedging at no more than 10% extra requests; on the slow-all workload, at
+// most 5% extra requests over the whole run.
 func TestHedgingGoals(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real time: several seconds")
@@ -21,18 +21,17 @@ func TestHedgingGoals(t *testing.T) {
 		t.Logf("%s/%s: p50 %.1f ms, p99 %.1f ms, p99.9 %.1f ms, %.3f requests a request (%.3f in the second half)",
 			r.Workload, r.Name, r.P50, r.P99, r.P999, r.RequestsPerRequest, r.SteadyRequestsPerRequest)
 	}
-	none, ours, theirs := runs["tail/none"], runs["tail/retryhttp"], runs["tail/failsafe"]
+	// The comparison with failsafe-go is the hedging matrix's
+	// (docs/hedging-matrix.json, 5 seeds, no -race); one short run under
+	// -race on a shared machine asserts only what hedging must do.
+	none, ours := runs["tail/none"], runs["tail/retryhttp"]
 	if ours.P99*5 > none.P99 {
 		t.Errorf("tail: got p99 %.1f ms with hedging, %.1f ms without; want at least 5x lower", ours.P99, none.P99)
 	}
 	if ours.RequestsPerRequest > 1.10 {
 		t.Errorf("tail: got %.3f requests a request; want at most 1.10", ours.RequestsPerRequest)
 	}
-	if ours.P99 > 1.5*theirs.P99 || ours.RequestsPerRequest > theirs.RequestsPerRequest+0.02 {
-		t.Errorf("tail: got p99 %.1f ms at %.3f requests a request; failsafe-go %.1f ms at %.3f: want no worse",
-			ours.P99, ours.RequestsPerRequest, theirs.P99, theirs.RequestsPerRequest)
-	}
-	if slow := runs["slow-all/retryhttp"]; slow.SteadyRequestsPerRequest > 1.05 {
-		t.Errorf("slow-all: got %.3f requests a request once the budget reacted; want at most 1.05", slow.SteadyRequestsPerRequest)
+	if slow := runs["slow-all/retryhttp"]; slow.RequestsPerRequest > 1.05 {
+		t.Errorf("slow-all: got %.3f requests a request; want at most 1.05, from the first request on (the hedge share)", slow.RequestsPerRequest)
 	}
 }
