@@ -46,8 +46,8 @@ type call struct {
 	// response has gone to the caller (done), nothing is.
 	done   bool
 	unsent bool   // out's body, not yet handed to the base
-	paid   Tokens // the planned or running retry's
 	sent   bool   // the retry paid for went to the base
+	paid   Tokens // the planned or running retry's
 	permit permit // the next attempt's
 	race   *race  // a hedged attempt's copies
 }
@@ -58,18 +58,18 @@ type outcome struct {
 	number     int           // the attempt's (its first copy's, when hedged)
 	resp       *http.Response
 	err        error
-	class      Class
 	release    func()      // ends the attempt's own context
 	timer      *time.Timer // Policy.AttemptTimeout's, while it runs
-	hedges     hedgeStats
 	permitWait time.Duration
 	start      time.Time // when observing
+	hedges     hedgeStats
+	class      Class
 }
 
 // A verdict is the decision made after an attempt.
 type verdict struct {
-	decision Decision
 	delay    time.Duration
+	decision Decision
 	src      DelaySource
 }
 
@@ -95,7 +95,7 @@ func (c *call) start(t *Transport, req *http.Request) error {
 		c.dest = t.PerHost.get(req.URL)
 		c.lim = c.dest.limiter
 	}
-	c.observing = t.OnAttempt != nil || t.Logger != nil || c.report != nil
+	c.observing = t.hooked || c.report != nil
 	if timeout > 0 {
 		c.ctx, c.cancel = context.WithTimeout(c.ctx, timeout)
 		c.out = req.WithContext(c.ctx)
@@ -110,7 +110,7 @@ func (c *call) start(t *Transport, req *http.Request) error {
 			c.safe = true
 		}
 	}
-	if c.max > 1 && p.hedgeable(req, c.safe) && (c.ov == nil || !c.ov.NoHedging) {
+	if t.hedging != nil && c.max > 1 && p.hedgeable(req, c.safe) && (c.ov == nil || !c.ov.NoHedging) {
 		c.hedged = true
 		c.hs = t.hedging
 		if c.dest != nil {
@@ -177,10 +177,17 @@ func (c *call) send() {
 			used.throttled(time.Now())
 		}
 	default:
-		o.resp, o.err = roundTripOnce(c.t.base(), o.sent)
-		o.class = p.classify(o.resp, o.err)
+		o.resp, o.err = c.t.base().RoundTrip(o.sent)
+		if (o.resp == nil) == (o.err == nil) {
+			o.resp, o.err = repair(o.resp, o.err) // as roundTripOnce does
+		}
+		if p.Classify == nil && o.err == nil {
+			o.class = statusClass(o.resp.StatusCode) // DefaultClassify's, without the calls
+		} else {
+			o.class = p.classify(o.resp, o.err)
+		}
 	}
-	c.n = o.number + o.hedges.sent // hedges are attempts too
+	c.n = o.number + int(o.hedges.sent) // hedges are attempts too
 	if o.number == 1 {
 		c.budget().Deposit(o.class == Success) // before a retry is weighed
 	}
@@ -232,6 +239,16 @@ func (c *call) sendTimed() {
 // succeeded, spent if not), then chooses what follows the outcome: a
 // retryable one is weighed for a retry, anything else is done.
 func (c *call) decide() {
+	if c.paid.Payer == nil && c.o.err == nil && !c.o.class.retryable() {
+		c.v = verdict{} // done: a first attempt's answer
+		return
+	}
+	c.weighOutcome()
+}
+
+// weighOutcome is decide's work when there is some: a retry's tokens to
+// settle, an error, a retryable answer.
+func (c *call) weighOutcome() {
 	o := &c.o
 	if c.paid.Payer != nil {
 		if o.class == Success {
@@ -330,7 +347,7 @@ func (c *call) record() {
 		Request: o.sent, Number: o.number, Err: o.err, Class: o.class,
 		Decision: c.v.decision, Delay: c.v.delay, DelaySource: c.v.src,
 		Tokens: c.budget().Available(), Duration: time.Since(o.start),
-		Hedges: o.hedges.sent, HedgeWon: o.hedges.won, HedgesRefused: o.hedges.refused,
+		Hedges: int(o.hedges.sent), HedgeWon: o.hedges.won, HedgesRefused: int(o.hedges.refused),
 		PermitWait: o.permitWait, RateLimit: c.lim.rate(),
 	}, o.resp)
 }

@@ -22,7 +22,7 @@ import (
 
 // hedgeStats is what hedging did in one attempt.
 type hedgeStats struct {
-	sent, refused int
+	sent, refused int32
 	won           bool
 }
 
@@ -238,7 +238,7 @@ func (c *call) sendHedged() {
 			go discard(o.resp, o.release) // a retryable failure while another copy runs
 			o.resp, o.release = nil, nil
 		case <-due:
-			if len(r.copies) >= maxCopies || o.hedges.sent >= p.maxHedges() {
+			if len(r.copies) >= maxCopies || int(o.hedges.sent) >= p.maxHedges() {
 				continue
 			}
 			next := delay

@@ -106,6 +106,7 @@ type Transport struct {
 	defaultBase http.RoundTripper
 	inUse       RetryBudget // Budget, or a private bucket
 	hedging     *hedging    // when the Policy hedges
+	hooked      bool        // OnAttempt or Logger is set
 	keys        keySource
 }
 
@@ -122,6 +123,7 @@ func (t *Transport) init() {
 	if t.Policy.HedgeDelay > 0 || t.Policy.hedgeQuantile() > 0 {
 		t.hedging = new(hedging)
 	}
+	t.hooked = t.OnAttempt != nil || t.Logger != nil
 }
 
 // isNilPointer reports whether b is a nil pointer in a non-nil interface, as
