@@ -42,9 +42,10 @@ import (
 //     A throttle soon after a step takes it back, and the next probe waits
 //     twice as long (up to Recovery); a step that holds is kept, and the
 //     next comes twice as soon (down to a tenth of Recovery).
-//   - Coming back: a limiter remembers the rate it held before a deep cut;
-//     while far below it, it ramps back up every two seconds, fast, and
-//     keeps the old rate if the ramp reaches it. A capacity that returns is
+//   - Coming back: a limiter remembers the rate it held before a deep cut
+//     (or sent, unlimited, for 5 s before its first throttle); while far
+//     below it, it ramps back up every two seconds, fast, and keeps the old
+//     rate if the ramp reaches it. A capacity that returns is
 //     found within seconds; one that does not costs one throttle a ramp,
 //     and the ramps stop after a few tries per halving of the rate.
 //   - Waiting: permits are spaced evenly at the rate. An attempt waits for
@@ -184,6 +185,7 @@ type RateLimiter struct {
 	// the first throttle.
 	mark, prevMark     int64
 	markAt, prevMarkAt time.Time
+	firstAt            time.Time // of the first send
 
 	epoch   uint64    // cuts so far
 	seq     uint64    // permits given so far, once limiting
@@ -348,6 +350,9 @@ func (l *RateLimiter) countIdle(now time.Time) {
 		l.mu.Lock()
 		l.prevMark, l.prevMarkAt = l.mark, l.markAt
 		l.mark, l.markAt = n-1, now
+		if n == 1 {
+			l.firstAt = now
+		}
 		l.mu.Unlock()
 	}
 }
@@ -358,7 +363,8 @@ func (l *RateLimiter) countIdle(now time.Time) {
 // measure spans it and reads low; just after a mark the newer one has seen
 // few sends; either way the other one reads the recent rate. What was sent
 // until then was accepted: it seeds the demand and accepted-rate meters and
-// the round's answers. Must hold mu.
+// the round's answers, and, sent for heldFor at least, is remembered as a
+// rate held. Must hold mu.
 func (l *RateLimiter) startLimiting(now time.Time) {
 	var rate float64
 	span := minMeasure
@@ -375,6 +381,11 @@ func (l *RateLimiter) startLimiting(now time.Time) {
 	}
 	l.demand.seed(now, rate, span)
 	l.accepted.seed(now, rate, span)
+	if now.Sub(l.firstAt) >= heldFor {
+		// A rate sent unlimited for a while is one the server took: a
+		// rate to come back to, as one held.
+		l.high, l.highAt = rate, now
+	}
 	l.answers, l.throttles = int(rate*span.Seconds()), 0
 	l.share = 1
 	l.cutAt = now

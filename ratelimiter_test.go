@@ -395,6 +395,33 @@ func TestLimiterRampsBack(t *testing.T) {
 	})
 }
 
+func TestLimiterRemembersARateSentUnlimited(t *testing.T) {
+	// A client that sent 10 a second, never throttled, for 6 s remembers
+	// the 61 sends in 6 s at its first throttle, as a rate held, to ramp
+	// back to after a deep cut; one that had sent for 4 s does not (at a
+	// start, the rate before the first throttle is not one the server
+	// takes).
+	for _, tc := range []struct {
+		secs int
+		want float64
+	}{{6, 61.0 / 6}, {4, 0}} {
+		t.Run(fmt.Sprintf("%ds", tc.secs), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := &RateLimiter{}
+				d := driver{t, l}
+				for range 10 * tc.secs {
+					d.answer(d.take(), 200)
+					time.Sleep(100 * time.Millisecond)
+				}
+				d.answer(d.take(), 429)
+				if got := peek(l).high; !near(got, tc.want) {
+					t.Errorf("remembered %v; want %v", got, tc.want)
+				}
+			})
+		})
+	}
+}
+
 func TestLimiterRefusesWithoutRoom(t *testing.T) {
 	// Attempts take 50 ms: the limiter's estimate is 50 ms + 4 x 25 ms. A
 	// request whose permit is due at once but whose deadline is 140 ms away
