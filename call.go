@@ -173,9 +173,7 @@ func (c *call) send() {
 		used := c.take()
 		o.resp, o.err = roundTripOnce(c.t.base(), o.sent)
 		o.class = p.classify(o.resp, o.err)
-		if o.class == Throttling {
-			used.throttled(time.Now())
-		}
+		used.answered(p, o.resp, o.err, o.class)
 	default:
 		o.resp, o.err = c.t.base().RoundTrip(o.sent)
 		if (o.resp == nil) == (o.err == nil) {
@@ -230,9 +228,7 @@ func (c *call) sendTimed() {
 		release()
 		o.release = nil
 	}
-	if o.class == Throttling {
-		used.throttled(time.Now())
-	}
+	used.answered(p, o.resp, o.err, o.class)
 }
 
 // decide settles the tokens of the retry just made (refunded if it

@@ -82,6 +82,7 @@ type race struct {
 	copies  []hedgeCopy // appended by the call under mu
 	buf     [2]hedgeCopy
 	next    hedgeCopy // a hedge being prepared: its permit and its share
+	pol     *Policy   // for the delay a late 429 asks the Limiter for
 }
 
 // A hedgeCopy is what one copy holds: its context's cancel, its send permit,
@@ -128,18 +129,21 @@ func (r *race) launch(base http.RoundTripper, req *http.Request, hc hedgeCopy, l
 			return
 		}
 		r.mu.Unlock()
-		lateAnswer(resp, hc)
+		lateAnswer(r.pol, resp, err, hc)
 	}()
 }
 
 // lateAnswer disposes of an answer that nobody listens for any more, on a
 // goroutine of its own, so that the winner never waits for a loser's drain.
-// Its class is read from the status alone (no hook runs off the caller's
-// goroutine): a 429 is a throttle for the limiter all the same.
-func lateAnswer(resp *http.Response, hc hedgeCopy) {
+// It reaches the limiter all the same, classified by its status alone (no
+// hook runs off the caller's goroutine): a 429 is a throttle, anything else
+// an answer that got through.
+func lateAnswer(pol *Policy, resp *http.Response, err error, hc hedgeCopy) {
+	class := Success
 	if resp != nil && resp.StatusCode == http.StatusTooManyRequests {
-		hc.permit.throttled(time.Now())
+		class = Throttling
 	}
+	hc.permit.answered(pol, resp, err, class)
 	go discard(resp, hc.cancel)
 }
 
@@ -158,7 +162,7 @@ func (r *race) end(winner int) {
 	for {
 		select {
 		case a := <-r.answers:
-			lateAnswer(a.resp, r.copies[a.i])
+			lateAnswer(r.pol, a.resp, a.err, r.copies[a.i])
 		default:
 			r.next.giveBack()
 			return
@@ -197,7 +201,7 @@ func (c *call) sendHedged() {
 	o, p := &c.o, &c.t.Policy
 	o.hedges = hedgeStats{}
 	maxCopies := min(c.max-o.number+1, p.maxHedges()+1)
-	r := &race{answers: make(chan copyAnswer, maxCopies)}
+	r := &race{answers: make(chan copyAnswer, maxCopies), pol: p}
 	r.copies = r.buf[:0]
 	c.race = r
 	base := c.t.base()
@@ -228,9 +232,7 @@ func (c *call) sendHedged() {
 			o.resp, o.err = a.resp, a.err
 			o.release = r.copies[a.i].cancel // only the call appends
 			o.class = p.classify(a.resp, a.err)
-			if o.class == Throttling {
-				r.copies[a.i].permit.throttled(time.Now())
-			}
+			r.copies[a.i].permit.answered(p, a.resp, a.err, o.class)
 			if !o.class.retryable() || inflight == 0 {
 				winner = a.i
 				continue

@@ -232,26 +232,21 @@ func TestReportUnderNestedHedging(t *testing.T) {
 
 func TestHedgesTakePermits(t *testing.T) {
 	// While limiting, a hedge is sent only under a permit due when it is:
-	// it never waits for one, nor pushes the other attempts back. After one
-	// 429 at 1 send in 100ms the rate is about 7/s, a permit every 140ms or
-	// so: a hedge due 10ms after its first copy finds none, and is asked
-	// for again every 2.5ms until one is due; one due after 500ms finds one
-	// at once.
+	// it never waits for one, nor pushes the other attempts back. At 7/s,
+	// a permit every 1/7 s: a hedge due 10ms after its first copy finds
+	// none, and is asked for again every 2.5ms until one is due; one due
+	// after 500ms finds one at once.
 	for _, delay := range []time.Duration{10 * time.Millisecond, 500 * time.Millisecond} {
 		t.Run(delay.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				lim := &RateLimiter{}
-				first := &Transport{Base: rht.NewTransport(rht.Status(429)), Limiter: lim, Policy: Policy{MaxAttempts: 1}}
-				roundTrip(t, first, newReq(t, "GET", "")) // limiting from now on
-				time.Sleep(time.Second)                   // a permit is due
+				holdAt(lim, 7, time.Hour) // limiting at 7/s, a permit due now
 				base := rht.NewTransport(rht.Status(200).WithDelay(time.Second).WithBody("slow"), rht.Status(200).WithBody("fast"))
 				var hooks []Attempt
 				tr := &Transport{Base: base, Limiter: lim, Policy: Policy{HedgeDelay: delay, HedgeRatio: 1},
 					OnAttempt: func(a Attempt) { hooks = append(hooks, a) }}
 				start := time.Now()
-				lim.mu.Lock()
-				iv := interval(lim.rateAt(start)) // the slot the first copy takes
-				lim.mu.Unlock()
+				iv := seventh // the slot the first copy takes
 				_, body, err := roundTrip(t, tr, newReq(t, "GET", ""))
 				refused, reask := 0, delay/4 // asked at delay, then every quarter of it
 				if delay < iv {

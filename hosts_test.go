@@ -80,9 +80,10 @@ func TestPerHostIsolatesBudgets(t *testing.T) {
 
 func TestPerHostIsolatesLimiters(t *testing.T) {
 	// slow.test throttles; fast.test does not. Per host, fast.test's
-	// requests never wait for a permit; shared, the cut to 7/s (growing
-	// back along the curve) spaces them too: 20 permits, the first due a
-	// seventh of a second after the cut, take over 2.5 s.
+	// requests never wait for a permit; shared, the start at 7/s (0.7 of
+	// the demand, which the requests then raise) spaces them too: 20
+	// permits, the first due a seventh of a second after the throttle,
+	// take about 3 s.
 	tests := []struct {
 		name     string
 		tr       func(http.RoundTripper) *Transport
@@ -90,7 +91,7 @@ func TestPerHostIsolatesLimiters(t *testing.T) {
 	}{
 		{"shared limiter", func(b http.RoundTripper) *Transport {
 			return &Transport{Base: b, Limiter: &RateLimiter{}, Policy: Policy{MaxAttempts: 1}}
-		}, 2500 * time.Millisecond, 20 * seventh},
+		}, 2 * time.Second, 4 * time.Second},
 		{"per host", func(b http.RoundTripper) *Transport {
 			return &Transport{Base: b, PerHost: &PerHost{Limiter: func(string) *RateLimiter { return &RateLimiter{} }}, Policy: Policy{MaxAttempts: 1}}
 		}, 0, 0},

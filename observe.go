@@ -43,7 +43,7 @@ const (
 	// retry" signal). It is returned at once, at no cost to the Budget.
 	StopDownstream
 	// StopRateLimited: the Transport's Limiter could give the next attempt
-	// no send permit before the deadline (or within its MaxWait).
+	// no send permit in time (see ErrRateLimited).
 	StopRateLimited
 )
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,63 +12,140 @@ import (
 
 // Adaptive client-side rate limiting: a budget stops retries, but a client
 // that is being throttled also has to slow its first attempts. The AWS SDKs'
-// adaptive retry mode does it with a CUBIC-shaped send rate (aws-sdk-go-v2,
-// aws/retry/adaptive_ratelimit.go; the shape is CUBIC's, RFC 9438): the
-// rate drops to 0.7 of the measured send rate on a throttle and grows back
-// along a cubic curve, and a token bucket hands out permits at that rate.
-// RateLimiter keeps the shape and changes four things, each measured in
-// docs/throttling.md on the same workload:
+// adaptive retry mode does it with a rate cut to 0.7 on every throttle and
+// grown back along a cubic curve (aws-sdk-go-v2, aws/retry/adaptive*.go).
+// Measured on a matrix of workloads (bench/matrix.go, docs/throttling.md),
+// a fixed cut and a timed regrowth either leave capacity unused or keep
+// probing past it, and a queue of callers in front of the limiter fills to
+// their deadline. RateLimiter estimates instead of assuming:
 //
-//   - One cut per round: a throttle answering an attempt whose permit was
-//     given before the last cut says nothing new (the cut was already made
-//     for it). The AWS limiter cuts again for every throttle in a burst,
-//     collapsing the rate, and then grows back to the collapsed rate.
-//   - A slower recovery: Recovery (12 s) for a rate of 10 per second,
-//     scaled by the cube root of the rate as CUBIC's is; the AWS curve is
-//     back in about 2 s at that rate, so twenty such clients probe past the
-//     server's capacity every few seconds, and each probe costs 429s.
-//   - Permits are spaced evenly with no burst (the AWS bucket holds a
-//     second's worth), a cut applies at once to attempts already waiting
-//     for a permit (they take a new one at the new rate), and a retry takes
-//     its permit when its backoff ends, holding no slot while it waits.
-//   - At the first throttle, the send rate is measured over what has been
-//     sent, even less than a measuring interval's worth; the AWS limiter may
-//     then read a rate of zero and start again from its minimum, 0.5/s.
+//   - A round is the permits given since the last cut; its answers tell
+//     what share of the attempts the server accepted. A throttle cuts the
+//     rate to what was accepted (the accepted rate, or the rate times the
+//     accepted share, whichever is lower), minus a margin: one cut per
+//     round, as a throttle answering a permit given before the last cut was
+//     already answered by that cut. A round of throttles with nothing
+//     accepted between them halves the rate once more for each.
+//   - Starting: until it has gone a while without a throttle, a limiter
+//     keeps its rate as a share of its demand (the attempts asked for per
+//     second) and cuts the share by at least 1-Beta on each throttle. Every
+//     client of a server that starts throttling them cuts by the same
+//     factors, so they start with rates in proportion to their demands
+//     (fair), whatever the noise of a few first answers.
+//   - Holding: a rate that draws no throttle is held; a throttle while
+//     holding means the server got tighter for this client (its capacity
+//     fell, or other clients took more), and cuts a fifth more than the
+//     estimate, so that the clients sending most, which draw most of such
+//     throttles, give back most.
+//   - Probing: from time to time the rate steps up by a fiftieth of the
+//     demand (equal steps for equal demands, a pull toward equal shares).
+//     A throttle soon after a step takes it back, and the next probe waits
+//     twice as long (up to Recovery); a step that holds is kept, and the
+//     next comes twice as soon (down to a tenth of Recovery).
+//   - Coming back: a limiter remembers the rate it held before a deep cut
+//     (or sent, unlimited, for 5 s before its first throttle); while far
+//     below it, it ramps back up every two seconds, fast, and keeps the old
+//     rate if the ramp reaches it. A capacity that returns is
+//     found within seconds; one that does not costs one throttle a ramp,
+//     and the ramps stop after a few tries per halving of the rate.
+//   - Waiting: permits are spaced evenly at the rate. An attempt waits for
+//     one only if it comes within 20 permits' time (a bounded queue: the
+//     rest fail at once rather than queue to their deadline) and leaves
+//     room before the request's deadline for the attempt itself, estimated
+//     from the attempts' latencies as TCP estimates a retransmission
+//     timeout (RFC 6298: smoothed latency plus four times its deviation).
+//   - A 429 that carries Retry-After (or x-amz-retry-after) pauses the
+//     limiter until then: no permit is given before it.
 
 // Defaults of a RateLimiter's zero fields.
 const (
-	// DefaultLimiterBeta is the share of the send rate kept after a
-	// throttle: CUBIC's and the AWS SDKs' 0.7.
+	// DefaultLimiterBeta is the most a starting limiter keeps of its rate
+	// on a throttle: CUBIC's and the AWS SDKs' 0.7.
 	DefaultLimiterBeta = 0.7
-	// DefaultLimiterRecovery is how long the rate takes to grow back to
-	// where it was cut from, for a rate of 10 per second.
-	DefaultLimiterRecovery = 12 * time.Second
-	// DefaultLimiterMinRate is the lowest rate, in permits per second: the
-	// AWS SDKs' minimum fill rate.
-	DefaultLimiterMinRate = 0.5
+	// DefaultLimiterRecovery is the longest a limiter waits between two
+	// probes above a rate it holds.
+	DefaultLimiterRecovery = 20 * time.Second
+	// DefaultLimiterMinRate is the lowest rate, in permits per second.
+	DefaultLimiterMinRate = 0.1
+)
+
+// The rest of the model: fixed, measured on the matrix (docs/throttling.md).
+const (
+	// idleRoll is how many sends an idle limiter counts between two
+	// readings of the clock.
+	idleRoll = 64
+	// minMeasure is the shortest span a rate is measured over, so that
+	// the first few sends do not read as a huge rate.
+	minMeasure = 100 * time.Millisecond
+	// meterTau is the time constant of the demand and accepted-rate
+	// meters (exponentially weighted).
+	meterTau = 1.0
+	// demandCap bounds the rate at twice the demand, so that a quiet
+	// client does not build up a rate it could not have tested.
+	demandCap = 2.0
+	// margin is how far below its estimate a cut sets the rate.
+	margin = 0.03
+	// holdCut is the extra cut of a throttle that comes while holding.
+	holdCut = 0.2
+	// minKeep is the most one cut takes off (but for a run of throttles).
+	minKeep = 0.5
+	// prior is the answers a round counts before any: one throttle among
+	// few answers is weak evidence.
+	prior = 2.0
+	// settle is how long without a throttle ends the start, and within
+	// how long of a cut another throttle refines the estimate rather than
+	// counting as one while holding.
+	settle = 2 * time.Second
+	// exactRound, exactAccepts: a round shorter than this, with at least
+	// this many answers accepted, started and ended with the server
+	// refusing, so its accepted count over its length is the rate the
+	// server grants this client.
+	exactRound   = 2 * time.Second
+	exactAccepts = 4
+	// probeStep is a probe's step, as a share of the demand.
+	probeStep = 0.02
+	// firstProbe is the wait for the first probe after the start.
+	firstProbe = 500 * time.Millisecond
+	// blame is how long after its step a throttle takes the step back.
+	blame = 1500 * time.Millisecond
+	// farRatio: a rate below this share of the remembered one is far
+	// below it; heldFor is how long a rate must have gone without a
+	// throttle to be remembered; forget is the time constant over which
+	// the memory fades.
+	farRatio = 0.7
+	heldFor  = 5 * time.Second
+	forget   = 300.0
+	// rampWait and rampTau: a ramp back starts this long after the last
+	// change and grows e-fold every rampTau; rampTries is how many ramps
+	// are tried per halving of the rate.
+	rampWait  = 2 * time.Second
+	rampTau   = 0.3
+	rampTries = 3.0
+	// queuePermits bounds the wait for a permit at this many permits'
+	// time.
+	queuePermits = 20
 )
 
 // ErrRateLimited is the error of a request whose next attempt could not get
-// a send permit from the Transport's RateLimiter before the request's
-// deadline (or within RateLimiter.MaxWait). Nothing was sent for that
-// attempt.
+// a send permit: the permit would come too late to leave room for the
+// attempt before the request's deadline, beyond RateLimiter.MaxWait, or
+// behind a queue of 20 permits. Nothing was sent for that attempt.
 var ErrRateLimited = errors.New("retryhttp: no send permit before the deadline")
 
 // A RateLimiter slows a client that is being throttled: every attempt, the
 // first of a request included, waits for a send permit, and permits come at
-// a rate that drops when a throttling response (429, or what the Policy
-// classifies as Throttling) arrives and grows back while none does.
+// a rate estimated from the throttling responses (429, or what the Policy
+// classifies as Throttling) and the other answers to the attempts sent
+// under them.
 //
 // Until its first throttle, a RateLimiter only counts what is sent: it lets
-// everything through. On a throttle the rate drops to Beta times the
-// current send rate; it then grows back along a cubic curve, fast at first, flat when it nears the rate it was cut from
-// (after Recovery, for a rate of 10 per second), and faster again beyond
-// it, probing for more. A throttle answering a permit given before the last
-// cut cuts nothing more. It never exceeds twice the
-// measured send rate, so that a quiet client does not build up a rate it
-// could not have tested. A request whose permit would come after its
-// deadline fails at once with ErrRateLimited rather than waiting for
-// nothing.
+// everything through. Then it cuts its rate to what the server accepted,
+// holds it while no throttle comes, probes above it from time to time, and
+// ramps back toward a rate it held before a deep cut: the model is
+// described in ratelimiter.go and measured in docs/throttling.md. A request
+// whose permit would come too late (see ErrRateLimited) fails at once
+// rather than waiting for nothing. A 429 with Retry-After pauses it until
+// then.
 //
 // The zero RateLimiter is ready to use with the defaults above. It is safe
 // for concurrent use, and several Transports may share one, as they may
@@ -77,25 +155,24 @@ var ErrRateLimited = errors.New("retryhttp: no send permit before the deadline")
 // no timer of its own; the waits are the requests' own. Its fields must not
 // change after its first use.
 type RateLimiter struct {
-	// Beta is the share of the send rate kept after a throttle, between 0
-	// and 1. Zero, or any value outside (0, 1), NaN included, means
+	// Beta is the most a starting limiter keeps of its rate on a throttle,
+	// between 0 and 1: a smaller Beta starts lower and with fewer 429s.
+	// Zero, or any value outside (0, 1), NaN included, means
 	// DefaultLimiterBeta.
 	Beta float64
-	// Recovery is how long after a throttle the rate is back at the rate
-	// it was cut from, when that rate was 10 permits per second; for a
-	// rate r it is Recovery times the cube root of r/10. A longer Recovery
-	// means fewer 429s and slower probing for capacity (docs/throttling.md
-	// measures both). Zero means DefaultLimiterRecovery.
+	// Recovery is the longest wait between two probes above a rate the
+	// limiter holds; the shortest is a tenth of it. A longer Recovery
+	// means fewer 429s and slower finding of capacity that grew beyond
+	// what the limiter held before (docs/throttling.md measures both).
+	// Zero or a negative value means DefaultLimiterRecovery.
 	Recovery time.Duration
 	// MinRate is the lowest rate, in permits per second. Zero, a negative
 	// value, NaN or infinity means DefaultLimiterMinRate.
 	MinRate float64
 	// MaxWait bounds an attempt's whole wait for its permit, across any
 	// cuts made while it waits: an attempt whose permit would come later
-	// fails with ErrRateLimited at once. It applies whether or not the
-	// request has a deadline. Zero means no bound but the request's
-	// deadline, so a request without one waits as long as it takes (or
-	// until its context ends).
+	// fails with ErrRateLimited at once. Zero means no bound but the
+	// request's deadline and the queue's (20 permits).
 	MaxWait time.Duration
 
 	// Until the first throttle (limiting is false), sends are only
@@ -108,34 +185,30 @@ type RateLimiter struct {
 	// the first throttle.
 	mark, prevMark     int64
 	markAt, prevMarkAt time.Time
+	firstAt            time.Time // of the first send
 
 	epoch   uint64    // cuts so far
 	seq     uint64    // permits given so far, once limiting
 	refused int64     // permits refused
-	wmax    float64   // the rate the curve grows back to
-	cutAt   time.Time // when it was made
 	next    time.Time // when the next permit is due
-	// The measured send rate, once limiting: permits counted in
-	// intervals of measureInterval, smoothed as the AWS limiter smooths
-	// its own.
-	interval time.Time
-	sent     float64
-	measured float64
-}
+	pause   time.Time // no permit before (Retry-After)
 
-const (
-	// idleRoll is how many sends an idle limiter counts between two
-	// readings of the clock.
-	idleRoll        = 64
-	measureInterval = 500 * time.Millisecond
-	measureSmooth   = 0.8
-	// minMeasure is the shortest span a send rate is measured over, so
-	// that the first few sends do not read as a huge rate.
-	minMeasure = 100 * time.Millisecond
-	// recoveryRate is the rate whose curve takes Recovery to grow back;
-	// the time scales with the cube root of the rate, as CUBIC's does.
-	recoveryRate = 10.0
-)
+	share  float64       // while starting: the rate over the demand; 0 after
+	level  float64       // after the start: the rate held
+	step   float64       // the next probe's step
+	period time.Duration // from one change of the level to the next probe
+	change time.Time     // when the level last changed
+	cutAt  time.Time     // when the last cut was made
+
+	high   float64   // the rate held before a deep cut, fading
+	highAt time.Time // when high was last updated
+	ramps  int       // ramps back to high that failed
+
+	answers, throttles int // since the last cut
+	run                int // throttles in a row, nothing accepted between
+	accepted, demand   meter
+	srtt, rttvar       float64 // attempt latency, in seconds; srtt 0 until known
+}
 
 func (l *RateLimiter) beta() float64 {
 	if !(l.Beta > 0 && l.Beta < 1) { // NaN too
@@ -168,8 +241,8 @@ type RateLimiterStats struct {
 	Rate float64
 	// Cuts counts the cuts of the rate so far.
 	Cuts uint64
-	// Refused counts the attempts that got no permit before their
-	// deadline (or within MaxWait) and were not made.
+	// Refused counts the attempts that got no permit (see ErrRateLimited)
+	// and were not made.
 	Refused int64
 }
 
@@ -178,22 +251,93 @@ func (l *RateLimiter) Stats() RateLimiterStats {
 	if !l.limiting.Load() {
 		return RateLimiterStats{}
 	}
+	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return RateLimiterStats{Rate: l.rateAt(time.Now()), Cuts: l.epoch, Refused: l.refused}
+	return RateLimiterStats{Rate: l.rateAt(now, now), Cuts: l.epoch, Refused: l.refused}
 }
 
-// rateAt is the allowed rate at now: the cubic curve through Beta*wmax at
-// the cut and wmax after Recovery, capped at twice the measured rate and
-// floored at MinRate. Must hold mu.
-func (l *RateLimiter) rateAt(now time.Time) float64 {
-	k := l.recovery().Seconds() * math.Cbrt(l.wmax/recoveryRate)
-	x := (now.Sub(l.cutAt).Seconds() - k) / k
-	r := l.wmax * (1 + (1-l.beta())*x*x*x)
-	if l.measured > 0 {
-		r = min(r, 2*l.measured)
+// rateAt is the rate of the permit due at at, asked at now: the start's
+// share of the demand, or the level with its probe or ramp; at most twice
+// the demand, never below MinRate. Must hold mu.
+func (l *RateLimiter) rateAt(at, now time.Time) float64 {
+	dem := l.demand.rate(now)
+	r := l.share * dem
+	if l.share == 0 {
+		r = l.scheduled(at)
+	}
+	if dem > 0 {
+		r = min(r, demandCap*dem)
 	}
 	return max(r, l.minRate())
+}
+
+// far reports whether the level is far below the rate remembered, and
+// ramps back to it are still worth trying: a few per halving.
+func (l *RateLimiter) far() bool {
+	return l.high > l.level && l.level < farRatio*l.high &&
+		float64(l.ramps) < rampTries*math.Log2(l.high/l.level)
+}
+
+// scheduled is the rate at at after the start, before the demand cap: the
+// level, its probe step once the period has passed since the last change,
+// or, far below the rate remembered, a ramp back to it. Must hold mu.
+func (l *RateLimiter) scheduled(at time.Time) float64 {
+	dt := at.Sub(l.change)
+	switch {
+	case l.far():
+		if dt < rampWait {
+			return l.level
+		}
+		return min(l.high, l.level*math.Exp(min((dt-rampWait).Seconds()/rampTau, 50)))
+	case dt < l.period:
+		return l.level
+	default:
+		return l.level + l.step
+	}
+}
+
+// advance brings the state to now: the start ends after settle without a
+// throttle; a probe step that drew no throttle within blame is kept, and
+// so is a ramp that reached the rate remembered. Must hold mu.
+func (l *RateLimiter) advance(now time.Time) {
+	if l.share > 0 {
+		if now.Sub(l.cutAt) < settle {
+			return
+		}
+		l.level = max(l.share*l.demand.rate(now), l.minRate())
+		l.share = 0
+		l.change, l.period = now, firstProbe
+		l.step = l.probeStep(now)
+	}
+	for range 8 { // steps kept since the last call; a handful at most
+		if l.far() {
+			reach := rampWait + time.Duration(rampTau*math.Log(l.high/l.level)*float64(time.Second))
+			if now.Sub(l.change) < reach+blame {
+				return
+			}
+			// The ramp reached the rate remembered, and held.
+			l.change = l.change.Add(reach)
+			l.level = l.high
+			l.period = l.recovery() / 10
+			l.step = l.probeStep(now)
+			continue
+		}
+		at := l.change.Add(l.period)
+		if now.Sub(at) < blame {
+			return
+		}
+		l.level += l.step
+		l.change = at
+		l.period = max(l.recovery()/10, l.period/2)
+		l.step = l.probeStep(now)
+	}
+}
+
+// probeStep is the size of a probe: a share of the demand, or of the level
+// when the demand is lower. Must hold mu.
+func (l *RateLimiter) probeStep(now time.Time) float64 {
+	return probeStep * max(l.demand.rate(now), l.level)
 }
 
 // countIdle counts a send of an idle limiter, at now if known; every
@@ -206,58 +350,118 @@ func (l *RateLimiter) countIdle(now time.Time) {
 		l.mu.Lock()
 		l.prevMark, l.prevMarkAt = l.mark, l.markAt
 		l.mark, l.markAt = n-1, now
+		if n == 1 {
+			l.firstAt = now
+		}
 		l.mu.Unlock()
 	}
-}
-
-// count records a permit given at now for the measured send rate, once
-// limiting. Must hold mu.
-func (l *RateLimiter) count(now time.Time) {
-	if span := now.Sub(l.interval); span >= measureInterval {
-		rate := l.sent / span.Seconds()
-		l.measured = measureSmooth*rate + (1-measureSmooth)*l.measured
-		l.interval, l.sent = now, 0
-	}
-	l.sent++
 }
 
 // startLimiting ends the idle state at the first throttle. The send rate is
 // the higher of two measures: since the last mark (over minMeasure at
 // least), and between the two marks. After a long idle spell the older
 // measure spans it and reads low; just after a mark the newer one has seen
-// few sends; either way the other one reads the recent rate. Must hold mu.
+// few sends; either way the other one reads the recent rate. What was sent
+// until then was accepted: it seeds the demand and accepted-rate meters and
+// the round's answers, and, sent for heldFor at least, is remembered as a
+// rate held. Must hold mu.
 func (l *RateLimiter) startLimiting(now time.Time) {
 	var rate float64
+	span := minMeasure
+	sent := l.idleSent.Load()
 	if !l.markAt.IsZero() {
-		rate = float64(l.idleSent.Load()-l.mark) / max(now.Sub(l.markAt), minMeasure).Seconds()
+		span = max(now.Sub(l.markAt), minMeasure)
+		rate = float64(sent-l.mark) / span.Seconds()
 	}
 	if !l.prevMarkAt.IsZero() {
-		rate = max(rate, float64(l.mark-l.prevMark)/max(l.markAt.Sub(l.prevMarkAt), minMeasure).Seconds())
+		s := max(l.markAt.Sub(l.prevMarkAt), minMeasure)
+		if r := float64(l.mark-l.prevMark) / s.Seconds(); r > rate {
+			rate, span = r, s
+		}
 	}
-	l.measured = rate
-	l.interval, l.sent = now, 0
+	l.demand.seed(now, rate, span)
+	l.accepted.seed(now, rate, span)
+	if now.Sub(l.firstAt) >= heldFor {
+		// A rate sent unlimited for a while is one the server took: a
+		// rate to come back to, as one held.
+		l.high, l.highAt = rate, now
+	}
+	l.answers, l.throttles = int(rate*span.Seconds()), 0
+	l.share = 1
+	l.cutAt = now
 	l.limiting.Store(true)
 }
 
+// cut answers a throttle of the current round at now. Must hold mu.
+func (l *RateLimiter) cut(now time.Time) {
+	l.advance(now)
+	refused := float64(l.throttles) / (float64(l.answers) + prior)
+	// The accepted rate: over the round when it was short and refused at
+	// both ends, or as measured.
+	acc := l.accepted.rate(now)
+	if span := now.Sub(l.cutAt); l.epoch > 0 && span < exactRound && l.answers-l.throttles >= exactAccepts {
+		acc = float64(l.answers-l.throttles) / span.Seconds()
+	}
+	if l.share > 0 {
+		keep := 1 - refused
+		if r := l.share * l.demand.rate(now); r > 0 && now.Sub(l.cutAt) < exactRound && l.epoch > 0 && l.answers-l.throttles >= exactAccepts {
+			keep = min(keep, acc/r)
+		}
+		l.share *= min(max(keep, minKeep), l.beta())
+	} else {
+		r, held := l.scheduled(now), l.level
+		est := min(r*(1-refused), acc)
+		if l.run >= 2 {
+			est = min(est, r*math.Pow(0.5, float64(l.run-1)))
+		}
+		dt := now.Sub(l.change)
+		switch {
+		case l.far() && dt >= rampWait:
+			l.ramps++ // the ramp found no room: back to the level
+		case !l.far() && dt >= l.period:
+			l.period = min(l.recovery(), 2*l.period) // the step found no room: back to the level
+		case now.Sub(l.cutAt) < settle:
+			l.level = min(max(est*(1-margin), minKeep*r), r*(1-margin))
+		default:
+			l.level = min(r, est) * min(max(1-refused, minKeep), 1-holdCut)
+		}
+		h := l.high * math.Exp(-now.Sub(l.highAt).Seconds()/forget)
+		if now.Sub(l.cutAt) >= heldFor && held > h {
+			h, l.ramps = held, 0
+		}
+		l.high, l.highAt = h, now
+		l.level = max(l.level, l.minRate())
+		l.change = now
+		l.step = l.probeStep(now)
+	}
+	l.cutAt = now
+	l.epoch++
+	l.answers, l.throttles = 0, 0
+	// The next permit is one interval of the new rate away; attempts
+	// already waiting take new permits (see acquire).
+	l.next = now.Add(interval(l.rateAt(now, now)))
+}
+
 // A permit is an attempt's right to be sent, from a RateLimiter. It is a
-// value owned by the attempt: used once the attempt is sent (a throttling
-// answer to it then reaches the limiter through throttled), or canceled when
-// the attempt will not be sent, which gives its slot back. The zero permit
-// is no permit; an idle limiter's permits hold no slot.
+// value owned by the attempt: used once the attempt is sent (its answer
+// then reaches the limiter through answered), or canceled when the attempt
+// will not be sent, which gives its slot back. The zero permit is no
+// permit; an idle limiter's permits hold no slot.
 type permit struct {
 	l      *RateLimiter
 	epoch  uint64        // the cuts made before it was given
 	seq    uint64        // the permits given before it
 	slot   time.Duration // the interval it took; zero for an idle limiter's
+	at     time.Time     // when it is due: when its attempt is sent
 	waited time.Duration // how long the attempt waited for it
 }
 
 // acquire waits for a permit for an attempt due now, until it holds one of
-// the current rate (a cut during the wait voids the slot taken before it),
-// and puts it in into. It returns ErrRateLimited, without waiting for
-// nothing, when the permit would come at or after ctx's deadline or more
-// than MaxWait after the attempt was due, or the context's error when it
-// ends first; either way it holds nothing.
+// the current round (a cut or a pause during the wait voids the slot taken
+// before it), and puts it in into. It returns ErrRateLimited, without
+// waiting for nothing, when the permit would come too late (see
+// ErrRateLimited), or the context's error when it ends first; either way it
+// holds nothing.
 func (l *RateLimiter) acquire(ctx context.Context, into *permit) error {
 	if !l.limiting.Load() {
 		l.countIdle(time.Time{})
@@ -267,20 +471,20 @@ func (l *RateLimiter) acquire(ctx context.Context, into *permit) error {
 	deadline, _ := ctx.Deadline()
 	due := time.Now()
 	slept := false
-	for {
+	for asked := false; ; asked = true {
 		now := time.Now()
-		p, at, ok := l.reserve(due, now, deadline)
+		p, ok := l.reserve(due, now, deadline, !asked)
 		if !ok {
 			return ErrRateLimited
 		}
-		if d := at.Sub(now); d > 0 {
+		if d := p.at.Sub(now); d > 0 {
 			if err := sleep(ctx, d); err != nil {
 				p.cancel()
 				return err
 			}
 			slept = true
-			if !l.current(p.epoch) {
-				continue // cut while waiting: the slot went with the old rate
+			if !l.valid(&p) {
+				continue // cut or paused while waiting: the slot went with it
 			}
 		}
 		if slept {
@@ -301,40 +505,67 @@ func (l *RateLimiter) tryAcquire(now time.Time) (permit, bool) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.next.After(now) {
+	if l.next.After(now) || l.pause.After(now) {
 		return permit{}, false
 	}
-	iv := interval(l.rateAt(now))
-	l.next = now.Add(iv)
-	l.count(now)
-	l.seq++
-	return permit{l: l, epoch: l.epoch, seq: l.seq, slot: iv}, true
+	return l.give(now, now), true
 }
 
-// reserve takes the slot of an attempt due at due, asked at now, and
-// reports when it comes. It takes nothing and reports false when the slot
-// would come at or after deadline (if not zero) or more than MaxWait after
-// due.
-func (l *RateLimiter) reserve(due, now, deadline time.Time) (permit, time.Time, bool) {
+// reserve takes the slot of an attempt due at due, asked at now (counting
+// it in the demand when ask), and reports it with when it comes. It takes
+// nothing and reports false when the slot would come too late.
+func (l *RateLimiter) reserve(due, now, deadline time.Time, ask bool) (permit, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	at := later(l.next, now)
-	if !l.permitted(at, due, deadline) {
-		l.refused++
-		return permit{}, time.Time{}, false
+	if ask {
+		l.demand.add(now)
 	}
-	iv := interval(l.rateAt(at))
+	at := later(later(l.next, now), l.pause)
+	if !l.permitted(at, due, now, deadline) {
+		l.refused++
+		return permit{}, false
+	}
+	return l.give(at, now), true
+}
+
+// give hands out the permit at at, asked at now. Must hold mu.
+func (l *RateLimiter) give(at, now time.Time) permit {
+	l.advance(now)
+	iv := interval(l.rateAt(at, now))
 	l.next = at.Add(iv)
-	l.count(now)
 	l.seq++
-	return permit{l: l, epoch: l.epoch, seq: l.seq, slot: iv}, at, true
+	return permit{l: l, epoch: l.epoch, seq: l.seq, slot: iv, at: at}
+}
+
+// permitted reports whether a permit at at, for an attempt due at due,
+// asked at now, leaves room for the attempt before deadline (if not zero),
+// comes within MaxWait and within queuePermits of the rate. Must hold mu.
+func (l *RateLimiter) permitted(at, due, now, deadline time.Time) bool {
+	wait := at.Sub(due)
+	return (deadline.IsZero() || at.Add(l.room()).Before(deadline)) &&
+		(l.MaxWait <= 0 || wait <= l.MaxWait) &&
+		wait.Seconds()*l.rateAt(at, now) <= queuePermits
+}
+
+// room is the time an attempt is expected to take: the smoothed latency
+// plus four times its deviation (RFC 6298). Must hold mu.
+func (l *RateLimiter) room() time.Duration {
+	return time.Duration((l.srtt + 4*l.rttvar) * float64(time.Second))
+}
+
+// valid reports whether p is still good when its attempt wakes for it: no
+// cut since, and not inside a pause.
+func (l *RateLimiter) valid(p *permit) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return p.epoch == l.epoch && !p.at.Before(l.pause)
 }
 
 // cancel gives back the slot of a permit whose attempt will not be sent, as
 // x/time/rate's Reservation.Cancel does: if no permit was given after it,
 // the next one comes one interval sooner, never before now. A slot with
 // later permits behind it stays taken: giving it back would let the next
-// permit come right after the one before it, a burst. A permit of a rate
+// permit come right after the one before it, a burst. A permit of a round
 // since cut holds no slot (the cut voided it), nor does an idle limiter's.
 // It empties p.
 func (p *permit) cancel() {
@@ -347,25 +578,71 @@ func (p *permit) cancel() {
 	l.mu.Lock()
 	if p.epoch == l.epoch && p.seq == l.seq {
 		l.next = later(l.next.Add(-p.slot), now)
-		if l.sent > 0 {
-			l.sent--
-		}
 	}
 	l.mu.Unlock()
 	*p = permit{}
 }
 
-// throttled reports a throttling answer to the attempt sent under p.
-func (p *permit) throttled(now time.Time) {
-	if p.l != nil {
-		p.l.throttled(p.epoch, now)
+// answered reports the answer to the attempt sent under p, classified as
+// class: a throttle (with the delay a Retry-After asks for, within the
+// Policy's MaxServerDelay), and, once the limiter limits, every answer, for
+// the round's accepted share and the attempts' latency. An idle limiter's
+// permit costs a comparison on success.
+func (p *permit) answered(pol *Policy, resp *http.Response, err error, class Class) {
+	if p.l == nil || (p.slot == 0 && class != Throttling) {
+		return
+	}
+	p.l.answer(p, pol, resp, err, class)
+}
+
+// answer is answered's work.
+func (l *RateLimiter) answer(p *permit, pol *Policy, resp *http.Response, err error, class Class) {
+	now := time.Now()
+	throttled := class == Throttling
+	var pause time.Duration
+	if throttled {
+		if d, ok := serverDelay(pol, resp, now); ok {
+			pause = min(d, pol.maxServerDelay())
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if throttled && !l.limiting.Load() {
+		l.startLimiting(now)
+	}
+	if err == nil && p.slot != 0 {
+		l.sample(now.Sub(p.at).Seconds())
+	}
+	if err == nil || throttled { // an error may not have reached the server
+		l.answers++
+		if throttled {
+			l.throttles++
+			l.run++
+		} else {
+			l.run = 0
+			l.accepted.add(now)
+		}
+	}
+	if !throttled {
+		return
+	}
+	if until := now.Add(pause); pause > 0 && until.After(l.pause) {
+		l.pause = until
+	}
+	if p.epoch == l.epoch {
+		l.cut(now)
 	}
 }
 
-// permitted reports whether a permit at at, for an attempt due at due, comes
-// before deadline (if not zero) and within MaxWait.
-func (l *RateLimiter) permitted(at, due, deadline time.Time) bool {
-	return (deadline.IsZero() || at.Before(deadline)) && (l.MaxWait <= 0 || at.Sub(due) <= l.MaxWait)
+// sample adds an attempt's latency, in seconds, to the estimate (RFC 6298's
+// gains). Must hold mu.
+func (l *RateLimiter) sample(s float64) {
+	if l.srtt == 0 {
+		l.srtt, l.rttvar = s, s/2
+		return
+	}
+	l.rttvar = 0.75*l.rttvar + 0.25*math.Abs(l.srtt-s)
+	l.srtt = 0.875*l.srtt + 0.125*s
 }
 
 // interval is the gap between two permits at rate r per second.
@@ -378,39 +655,6 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-// current reports whether a permit of epoch was given at the current rate:
-// no cut has been made since.
-func (l *RateLimiter) current(epoch uint64) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return epoch == l.epoch
-}
-
-// throttled records a throttling answer to an attempt sent under a permit
-// of epoch, at now. It cuts the rate to Beta times the rate the attempt was
-// sent at, once per epoch: a throttle answering a permit given before the
-// last cut says nothing the cut did not already answer.
-func (l *RateLimiter) throttled(epoch uint64, now time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.limiting.Load() {
-		l.startLimiting(now)
-	}
-	if epoch != l.epoch {
-		return // sent at a rate already cut since
-	}
-	w := l.measured
-	if l.epoch > 0 {
-		w = min(w, l.rateAt(now))
-	}
-	l.wmax = max(w, l.minRate())
-	l.cutAt = now
-	l.epoch++
-	// The next permit is one interval of the new rate away; attempts
-	// already waiting take new permits (see await).
-	l.next = now.Add(interval(l.rateAt(now)))
-}
-
 // rate is Rate for a Limiter that may be nil.
 func (l *RateLimiter) rate() float64 {
 	if l == nil {
@@ -420,21 +664,64 @@ func (l *RateLimiter) rate() float64 {
 }
 
 // admits reports whether a retry that backoff would send after delay can
-// get a permit before the request's deadline (and within MaxWait): if not,
-// it is not made, and the response that called for it is returned. It takes
-// nothing: the retry takes its permit when it is due (await), so that a
-// retry planned far ahead holds no slot that other attempts could use.
+// get a permit in time (see ErrRateLimited): if not, it is not made, and the
+// response that called for it is returned. It takes nothing: the retry
+// takes its permit when it is due (acquire), so that a retry planned far
+// ahead holds no slot that other attempts could use.
 func (l *RateLimiter) admits(ctx context.Context, delay time.Duration) bool {
 	if !l.limiting.Load() {
 		return true
 	}
 	deadline, _ := ctx.Deadline()
-	due := time.Now().Add(delay)
+	now := time.Now()
+	due := now.Add(delay)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.permitted(later(l.next, due), due, deadline) {
+	if !l.permitted(later(later(l.next, due), l.pause), due, now, deadline) {
 		l.refused++
 		return false
 	}
 	return true
+}
+
+// A meter is a rate of events, exponentially weighted over meterTau and
+// divided by the weight of its age, so that a young meter reads the rate
+// seen so far rather than a fraction of it.
+type meter struct {
+	w         float64
+	at, since time.Time
+}
+
+func (m *meter) decay(now time.Time) {
+	if dt := now.Sub(m.at).Seconds(); dt > 0 {
+		m.w *= math.Exp(-dt / meterTau)
+		m.at = now
+	}
+}
+
+func (m *meter) add(now time.Time) {
+	if m.since.IsZero() {
+		m.since, m.at = now, now
+	}
+	m.decay(now)
+	m.w++
+}
+
+// seed sets the meter as if it had counted rate for span until now.
+func (m *meter) seed(now time.Time, rate float64, span time.Duration) {
+	m.since, m.at = now.Add(-span), now
+	m.w = rate * meterTau * -math.Expm1(-span.Seconds()/meterTau)
+}
+
+// rate reads the meter at now (not before its last event).
+func (m *meter) rate(now time.Time) float64 {
+	if m.since.IsZero() {
+		return 0
+	}
+	w := m.w
+	if dt := now.Sub(m.at).Seconds(); dt > 0 {
+		w *= math.Exp(-dt / meterTau)
+	}
+	age := max(now.Sub(m.since), minMeasure).Seconds()
+	return w / (meterTau * -math.Expm1(-age/meterTau))
 }

@@ -17,155 +17,541 @@ import (
 	rht "github.com/herdproof/retryhttp/retryhttptest"
 )
 
-var t0 = time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+// The limiter's rules, each in fake time with exact figures: a driver takes
+// permits and answers them as a server would, and the limiter's state is
+// read under its lock. Figures that depend on the demand meter are computed
+// from its definition (meterRate) rather than read back.
 
 // seventh is the interval of a rate of 7 permits per second, in whole
-// nanoseconds as the limiter spaces them.
+// nanoseconds as the limiter spaces them: one 429 answering a limiter's only
+// send (1 send in its 100 ms minimum measure, 10/s) starts it at 0.7 x 10.
 var seventh = time.Duration(second / 7)
 
 var second = float64(time.Second)
 
-// sendSteadily takes n permits spaced by gap from start; it returns the
-// time after the last.
-func sendSteadily(t *testing.T, l *RateLimiter, start time.Time, n int, gap time.Duration) time.Time {
-	t.Helper()
-	now := start
-	for range n {
-		at, epoch, ok := reserveAt(l, now, time.Time{})
-		if !ok || !at.Equal(now) {
-			t.Fatalf("permit at %v: got (%v, %v); want one at once", now.Sub(t0), at.Sub(t0), ok)
-		}
-		if epoch != 0 {
-			t.Fatalf("got epoch %d before any throttle; want 0", epoch)
-		}
-		now = now.Add(gap)
-	}
-	return now
-}
-
-// curve is the rate the limiter documents, dt after a cut that took drop
-// of wmax off, for the default Recovery.
-func curve(wmax, drop float64, dt time.Duration) float64 {
-	k := DefaultLimiterRecovery.Seconds() * math.Cbrt(wmax/10)
-	x := (dt.Seconds() - k) / k
-	return wmax * (1 + drop*x*x*x)
-}
-
 func near(got, want float64) bool { return math.Abs(got-want) < 1e-9*max(1, math.Abs(want)) }
 
-func TestRateLimiterCurve(t *testing.T) {
-	// 20 permits a second for a second (the measured rate: 20), then a
-	// throttle while most attempts get through: the rate drops to 0.7 x 20
-	// and grows back along the cubic to 20 after Recovery x cbrt(20/10).
-	l := &RateLimiter{}
-	now := sendSteadily(t, l, t0, 20, 50*time.Millisecond)
-	const epoch = 0 // before the first cut
-	l.throttled(epoch, now)
-	cut := now
-	k := time.Duration(float64(DefaultLimiterRecovery) * math.Cbrt(2))
-	tests := []struct {
-		name  string
-		after time.Duration
-		want  float64
-	}{
-		{"at the cut: Beta times the measured rate", 0, 14},
-		{"half-way back: the concave part", k / 2, 20 * (1 - 0.3/8)},
-		{"after Recovery x cbrt(rate/10): back where the throttle came", k, 20},
-		{"then probing beyond it", 2 * k, 26},
-		{"never above twice the measured rate", 3 * k, 40},
+// meterRate is what a meter reads at t (seconds): seeded with seedRate over
+// seedSpan seconds ending at 0, then one event at each of evs. It is the
+// meter's definition written out: exponentially weighted over one second,
+// divided by the weight of the meter's age (100 ms at least).
+func meterRate(seedRate, seedSpan float64, evs []float64, t float64) float64 {
+	w := seedRate * -math.Expm1(-seedSpan) * math.Exp(-t)
+	for _, e := range evs {
+		if e <= t {
+			w += math.Exp(-(t - e))
+		}
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			l.mu.Lock()
-			got := l.rateAt(cut.Add(tc.after))
-			l.mu.Unlock()
-			if !near(got, tc.want) {
-				t.Errorf("got %v permits/s after %v; want %v", got, tc.after, tc.want)
-			}
+	return w / -math.Expm1(-max(t+seedSpan, 0.1))
+}
+
+// driver takes permits from a limiter and answers them, in a bubble.
+type driver struct {
+	t *testing.T
+	l *RateLimiter
+}
+
+// take waits for a permit for an attempt due now.
+func (d driver) take() permit {
+	d.t.Helper()
+	var p permit
+	if err := d.l.acquire(context.Background(), &p); err != nil {
+		d.t.Fatalf("acquire: %v", err)
+	}
+	return p
+}
+
+// answer reports status (429 a throttle, anything else a success) as the
+// answer to p, with headers given as name, value pairs.
+func (d driver) answer(p permit, status int, header ...string) {
+	resp := &http.Response{StatusCode: status, Header: http.Header{}}
+	for i := 0; i+1 < len(header); i += 2 {
+		resp.Header.Set(header[i], header[i+1])
+	}
+	class := Success
+	if status == http.StatusTooManyRequests {
+		class = Throttling
+	}
+	p.answered(&Policy{}, resp, nil, class)
+}
+
+// sent is a permit of round epoch whose attempt was sent just now, as a
+// limiting limiter gives.
+func sent(l *RateLimiter, epoch uint64) permit {
+	return permit{l: l, epoch: epoch, slot: time.Millisecond, at: time.Now()}
+}
+
+// state is a copy of the fields the rules set.
+type state struct {
+	share, level, step, high float64
+	period                   time.Duration
+	change, cutAt, next      time.Time
+	epoch                    uint64
+	ramps                    int
+}
+
+func peek(l *RateLimiter) state {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return state{l.share, l.level, l.step, l.high, l.period, l.change, l.cutAt, l.next, l.epoch, l.ramps}
+}
+
+// startAt21 sends 21 attempts at 21 a second from the bubble's start, the
+// last one throttled: the limiter starts limiting 1 s in, at 0.7 of the 21/s
+// measured, 14.7/s.
+func startAt21(t *testing.T, l *RateLimiter) driver {
+	d := driver{t, l}
+	for range 20 {
+		d.answer(d.take(), 200)
+		time.Sleep(time.Second / 21)
+	}
+	time.Sleep(time.Second - 20*(time.Second/21))
+	d.answer(d.take(), 429)
+	return d
+}
+
+func TestLimiterStart(t *testing.T) {
+	for _, tc := range []struct {
+		beta, want float64
+	}{{0, 0.7 * 21}, {0.5, 0.5 * 21}, {math.NaN(), 0.7 * 21}} {
+		t.Run(fmt.Sprintf("Beta %v", tc.beta), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := &RateLimiter{Beta: tc.beta}
+				d := startAt21(t, l)
+				if got := l.Rate(); !near(got, tc.want) {
+					t.Errorf("got %v permits/s after the first throttle; want %v (Beta of the 21/s measured)", got, tc.want)
+				}
+				if st := l.Stats(); st.Cuts != 1 {
+					t.Errorf("got %d cuts; want 1", st.Cuts)
+				}
+				start := time.Now()
+				d.take()
+				if got, want := time.Since(start), interval(tc.want); got != want {
+					t.Errorf("next permit after %v; want one interval of the new rate, %v", got, want)
+				}
+			})
 		})
 	}
+}
 
-	t.Run("one cut per round: a throttle of an attempt sent before the cut changes nothing", func(t *testing.T) {
-		l.throttled(epoch, cut.Add(time.Millisecond))
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if l.epoch != 1 || !l.cutAt.Equal(cut) || l.wmax != 20 {
-			t.Errorf("got epoch %d, cut at %v, wmax %v; want 1, %v, 20", l.epoch, l.cutAt.Sub(t0), l.wmax, cut.Sub(t0))
-		}
+func TestLimiterStartRounds(t *testing.T) {
+	t.Run("a throttle of the next round cuts by the share refused", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l := &RateLimiter{}
+			d := startAt21(t, l)
+			d.answer(d.take(), 429) // 1 throttle in 1 answer, and 2 assumed: 1/3 refused
+			if got, want := peek(l).share, 0.7*(1-1.0/3); !near(got, want) {
+				t.Errorf("got a share of %v of the demand; want %v (0.7, then 2/3 of it)", got, want)
+			}
+		})
+	})
+	t.Run("never by more than half", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l := &RateLimiter{}
+			d := driver{t, l}
+			var old []permit // sent before the limiter started: they answer late
+			for range 3 {
+				old = append(old, d.take())
+			}
+			d = startAt21(t, l)
+			for _, p := range old {
+				d.answer(p, 429) // a round already cut for: counted, no cut
+			}
+			if st := l.Stats(); st.Cuts != 1 {
+				t.Fatalf("got %d cuts; want 1", st.Cuts)
+			}
+			d.answer(d.take(), 429) // 4 throttles in 4 answers: 4/6 refused, the cut kept at half
+			if got, want := peek(l).share, 0.7*0.5; !near(got, want) {
+				t.Errorf("got a share of %v; want %v", got, want)
+			}
+		})
+	})
+	t.Run("a short round measures the rate accepted", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l := &RateLimiter{}
+			d := startAt21(t, l)
+			cut := time.Now()
+			var ps []permit
+			for range 18 {
+				ps = append(ps, d.take())
+			}
+			for _, p := range ps[:5] {
+				d.answer(p, 200)
+			}
+			l.mu.Lock()
+			rate := l.share * l.demand.rate(time.Now())
+			l.mu.Unlock()
+			d.answer(ps[5], 429)
+			// 5 accepted over the round: far less than the rate; the cut
+			// would keep 0.7 by the share refused (1 in 6), half by this.
+			accepted := 5 / time.Since(cut).Seconds()
+			if time.Since(cut) >= exactRound {
+				t.Fatalf("the round took %v; want less than 2 s", time.Since(cut))
+			}
+			if accepted/rate >= 0.5 {
+				t.Fatalf("accepted %v/s at a rate of %v: want less than half, for the test to mean anything", accepted, rate)
+			}
+			if got, want := peek(l).share, 0.7*0.5; !near(got, want) {
+				t.Errorf("got a share of %v; want %v", got, want)
+			}
+		})
 	})
 }
 
-func TestRateLimiterCutsOncePerRound(t *testing.T) {
-	l := &RateLimiter{}
-	now := sendSteadily(t, l, t0, 10, 10*time.Millisecond)
-	_, e0, _ := reserveAt(l, now, time.Time{})
-	l.throttled(e0, now) // 11 sent in 100 ms: cut to 0.7 x 110/s
-	rate := func() float64 {
+func TestLimiterSettles(t *testing.T) {
+	// Two seconds after its last cut, a starting limiter holds the share
+	// of the demand it reached; half a second later it steps up by 2% of
+	// the demand, and keeps the step when no throttle came within 1.5 s.
+	synctest.Test(t, func(t *testing.T) {
+		l := &RateLimiter{}
+		startAt21(t, l)
+		time.Sleep(2 * time.Second)
+		now := time.Now()
+		dem := meterRate(21, 1, nil, 2)
 		l.mu.Lock()
-		defer l.mu.Unlock()
-		return l.rateAt(now)
-	}
-	if got := rate(); !near(got, 77) {
-		t.Errorf("after the first throttle: got %v permits/s; want 77", got)
-	}
-	for range 20 { // a burst of answers to attempts sent before the cut
-		l.throttled(e0, now)
-	}
-	if got := rate(); !near(got, 77) {
-		t.Errorf("after 20 throttles of the same round: got %v permits/s; want 77 still", got)
-	}
-	_, e1, _ := reserveAt(l, now, time.Time{})
-	l.throttled(e1, now) // sent at the new rate: the next round
-	if got := rate(); !near(got, 0.7*77) {
-		t.Errorf("after a throttle of the next round: got %v permits/s; want 0.7 x 77 (the rate, not the measured 110)", got)
-	}
-	if st := l.Stats(); st.Cuts != 2 {
-		t.Errorf("got %d cuts; want 2", st.Cuts)
-	}
-}
-
-func TestRateLimiterPermits(t *testing.T) {
-	l := &RateLimiter{MinRate: 4}
-	// One throttle with nothing measured: 1 permit in at least 100 ms is
-	// 10/s, cut to 7/s; the next permit is one interval away.
-	_, e, _ := reserveAt(l, t0, time.Time{})
-	l.throttled(e, t0)
-	first := t0.Add(seventh)
-	at, _, ok := reserveAt(l, t0, time.Time{})
-	if !ok || !at.Equal(first) {
-		t.Fatalf("got a permit at %v (%v); want %v", at.Sub(t0), ok, first.Sub(t0))
-	}
-	t.Run("spaced at the rate", func(t *testing.T) {
-		next, _, _ := reserveAt(l, t0, time.Time{})
-		// The rate has grown along the curve in the meantime.
-		if gap, want := next.Sub(first), interval(curve(10, 0.3, seventh)); gap != want {
-			t.Errorf("got a gap of %v; want %v", gap, want)
-		}
-	})
-	t.Run("after the deadline: refused, and nothing taken", func(t *testing.T) {
-		l.mu.Lock()
-		next := l.next
+		l.advance(now)
 		l.mu.Unlock()
-		if _, _, ok := reserveAt(l, t0, next); ok {
-			t.Error("got a permit due at the deadline; want none")
+		s := peek(l)
+		if s.share != 0 || !near(s.level, 0.7*dem) || s.period != firstProbe || !near(s.step, 0.02*dem) {
+			t.Fatalf("got share %v, level %v, period %v, step %v; want 0, %v, 500ms, %v", s.share, s.level, s.period, s.step, 0.7*dem, 0.02*dem)
 		}
-		if _, _, ok := reserveAt(l, t0, next.Add(time.Nanosecond)); !ok {
-			t.Error("got no permit due just before the deadline; want one")
-		}
-	})
-	t.Run("beyond MaxWait: refused", func(t *testing.T) {
-		l.MaxWait = 100 * time.Millisecond
-		defer func() { l.MaxWait = 0 }()
-		if _, _, ok := reserveAt(l, t0, time.Time{}); ok {
-			t.Error("got a permit more than MaxWait away; want none")
-		}
-	})
-	t.Run("never below MinRate", func(t *testing.T) {
 		l.mu.Lock()
-		defer l.mu.Unlock()
-		l.wmax = 1
-		if got := l.rateAt(t0); got != 4 {
-			t.Errorf("got %v permits/s; want MinRate, 4", got)
+		before, after := l.scheduled(now.Add(firstProbe-1)), l.scheduled(now.Add(firstProbe))
+		l.mu.Unlock()
+		if before != s.level || after != s.level+s.step {
+			t.Errorf("got %v just before the probe and %v at it; want %v and %v", before, after, s.level, s.level+s.step)
+		}
+		time.Sleep(firstProbe + blame)
+		l.mu.Lock()
+		l.advance(time.Now())
+		l.mu.Unlock()
+		if k := peek(l); !near(k.level, s.level+s.step) || k.period != DefaultLimiterRecovery/10 || !k.change.Equal(now.Add(firstProbe)) {
+			t.Errorf("got level %v, period %v, changed at %v; want %v, %v, %v", k.level, k.period, k.change.Sub(now), s.level+s.step, DefaultLimiterRecovery/10, firstProbe)
+		}
+	})
+}
+
+// holdAt sets l up as a limiter that has held level since 10 s before now,
+// its next probe period away, with a steady demand and accepted rate of
+// level a second, after a round of 100 answers.
+func holdAt(l *RateLimiter, level float64, period time.Duration) {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.limiting.Store(true)
+	l.epoch = 1
+	l.level, l.period = level, period
+	l.change, l.cutAt, l.next = now.Add(-10*time.Second), now.Add(-10*time.Second), now
+	l.demand.seed(now, level, time.Hour)
+	l.accepted.seed(now, level, time.Hour)
+	l.answers = 100
+	l.step = l.probeStep(now)
+}
+
+func TestLimiterProbe(t *testing.T) {
+	t.Run("a step that draws a throttle is taken back, and the next waits twice as long", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l := &RateLimiter{}
+			holdAt(l, 10, 9*time.Second) // the step was taken 1 s ago
+			d := driver{t, l}
+			l.mu.Lock()
+			stepped := l.scheduled(time.Now())
+			l.mu.Unlock()
+			d.answer(permit{l: l, epoch: 1}, 429)
+			if s := peek(l); stepped != 10.2 || s.level != 10 || s.period != 18*time.Second || s.epoch != 2 {
+				t.Errorf("got rate %v before, then level %v, period %v, %d cuts; want 10.2 (2%% of the demand up), 10, 18s, 2",
+					stepped, s.level, s.period, s.epoch)
+			}
+		})
+	})
+	t.Run("the wait between probes is at most Recovery", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l := &RateLimiter{Recovery: 5 * time.Second}
+			holdAt(l, 10, 9*time.Second)
+			driver{t, l}.answer(permit{l: l, epoch: 1}, 429)
+			if s := peek(l); s.period != 5*time.Second {
+				t.Errorf("got period %v; want Recovery, 5s", s.period)
+			}
+		})
+	})
+	t.Run("a step that draws none within 1.5 s is kept, and the next comes twice as soon", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l := &RateLimiter{}
+			holdAt(l, 10, 8*time.Second) // the step was taken 2 s ago
+			now := time.Now()
+			l.mu.Lock()
+			l.advance(now)
+			l.mu.Unlock()
+			if s := peek(l); s.level != 10.2 || s.period != 4*time.Second || !s.change.Equal(now.Add(-2*time.Second)) {
+				t.Errorf("got level %v, period %v, changed %v ago; want 10.2, 4s, 2s", s.level, s.period, now.Sub(s.change))
+			}
+		})
+	})
+}
+
+func TestLimiterCuts(t *testing.T) {
+	t.Run("a throttle while holding cuts a fifth below what was accepted", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l := &RateLimiter{}
+			holdAt(l, 10, time.Hour)
+			driver{t, l}.answer(permit{l: l, epoch: 1}, 429) // 1 refused in 101 answers, 2 assumed
+			want := 10 * (1 - 1.0/103) * 0.8
+			if s := peek(l); !near(s.level, want) || s.epoch != 2 {
+				t.Errorf("got level %v, %d cuts; want %v, 2", s.level, s.epoch, want)
+			}
+		})
+	})
+	t.Run("another within 2 s sets the rate to what was accepted, 3% below", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l := &RateLimiter{}
+			holdAt(l, 10, time.Hour)
+			d := driver{t, l}
+			d.answer(permit{l: l, epoch: 1}, 429)
+			r := 10 * (1 - 1.0/103) * 0.8
+			time.Sleep(100 * time.Millisecond)
+			d.answer(sent(l, 0), 200)             // a late success of the round before
+			d.answer(permit{l: l, epoch: 2}, 429) // 1 refused in 2 answers, 2 assumed: 1/4
+			acc := meterRate(10, 3600, []float64{0.1}, 0.1)
+			want := min(max(min(r*0.75, acc)*0.97, r/2), r*0.97)
+			if s := peek(l); !near(s.level, want) || s.epoch != 3 {
+				t.Errorf("got level %v, %d cuts; want %v, 3", s.level, s.epoch, want)
+			}
+		})
+	})
+	t.Run("a run of throttles halves the rate for each", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l := &RateLimiter{}
+			holdAt(l, 100, time.Hour)
+			d := driver{t, l}
+			d.answer(permit{l: l, epoch: 0}, 429)
+			d.answer(permit{l: l, epoch: 0}, 429)
+			if s := peek(l); s.epoch != 1 {
+				t.Fatalf("got %d cuts after throttles of a round already cut for; want 1", s.epoch)
+			}
+			d.answer(permit{l: l, epoch: 1}, 429) // the third in a row
+			if s := peek(l); !near(s.level, 100*0.25*0.8) {
+				t.Errorf("got level %v; want 100 x 1/4 x 0.8 = 20", s.level)
+			}
+		})
+	})
+}
+
+func TestLimiterRampsBack(t *testing.T) {
+	// A rate held for 10 s (100/s), then cut deep by a run of 5 throttles
+	// (100 x 1/16 x 0.8 = 5/s): the limiter remembers 100 and, 2 s after
+	// the cut, ramps back to it, e-fold every 300 ms.
+	deep := func(t *testing.T, l *RateLimiter) driver {
+		holdAt(l, 100, time.Hour)
+		d := driver{t, l}
+		for range 4 {
+			d.answer(permit{l: l, epoch: 0}, 429)
+		}
+		d.answer(permit{l: l, epoch: 1}, 429)
+		if s := peek(l); !near(s.level, 5) || s.high != 100 {
+			t.Fatalf("got level %v, remembered %v; want 5, 100", s.level, s.high)
+		}
+		return d
+	}
+	t.Run("a ramp that reaches the rate remembered keeps it", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l := &RateLimiter{}
+			deep(t, l)
+			cut := time.Now()
+			reach := rampWait + time.Duration(0.3*math.Log(20)*second)
+			l.mu.Lock()
+			got := []float64{l.scheduled(cut.Add(rampWait - 1)), l.scheduled(cut.Add(rampWait + 300*time.Millisecond)), l.scheduled(cut.Add(reach + time.Millisecond))}
+			l.mu.Unlock()
+			if want := []float64{5, 5 * math.E, 100}; !near(got[0], want[0]) || !near(got[1], want[1]) || !near(got[2], want[2]) {
+				t.Errorf("got %v at 2s, 2.3s, 2.9s; want %v", got, want)
+			}
+			time.Sleep(reach + blame)
+			l.mu.Lock()
+			l.advance(time.Now())
+			l.mu.Unlock()
+			if s := peek(l); s.level != 100 || s.period != DefaultLimiterRecovery/10 {
+				t.Errorf("got level %v, period %v; want 100, 2s", s.level, s.period)
+			}
+		})
+	})
+	t.Run("a ramp that draws a throttle is taken back; a few are tried per halving", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l := &RateLimiter{}
+			d := deep(t, l)
+			tries := int(math.Ceil(3 * math.Log2(20))) // 13
+			for i := range tries {
+				time.Sleep(rampWait + 100*time.Millisecond)
+				d.answer(permit{l: l, epoch: peek(l).epoch}, 429)
+				if s := peek(l); s.level != 5 || s.ramps != i+1 {
+					t.Fatalf("ramp %d: got level %v, %d failed; want 5, %d", i+1, s.level, s.ramps, i+1)
+				}
+			}
+			l.mu.Lock()
+			far := l.far()
+			l.mu.Unlock()
+			if far {
+				t.Errorf("still ramping after %d failed ramps; want no more", tries)
+			}
+		})
+	})
+}
+
+func TestLimiterRemembersARateSentUnlimited(t *testing.T) {
+	// A client that sent 10 a second, never throttled, for 6 s remembers
+	// the 61 sends in 6 s at its first throttle, as a rate held, to ramp
+	// back to after a deep cut; one that had sent for 4 s does not (at a
+	// start, the rate before the first throttle is not one the server
+	// takes).
+	for _, tc := range []struct {
+		secs int
+		want float64
+	}{{6, 61.0 / 6}, {4, 0}} {
+		t.Run(fmt.Sprintf("%ds", tc.secs), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := &RateLimiter{}
+				d := driver{t, l}
+				for range 10 * tc.secs {
+					d.answer(d.take(), 200)
+					time.Sleep(100 * time.Millisecond)
+				}
+				d.answer(d.take(), 429)
+				if got := peek(l).high; !near(got, tc.want) {
+					t.Errorf("remembered %v; want %v", got, tc.want)
+				}
+			})
+		})
+	}
+}
+
+func TestLimiterRefusesWithoutRoom(t *testing.T) {
+	// Attempts take 50 ms: the limiter's estimate is 50 ms + 4 x 25 ms. A
+	// request whose permit is due at once but whose deadline is 140 ms away
+	// is refused at once: the attempt would end after it. With 160 ms left
+	// it is sent.
+	synctest.Test(t, func(t *testing.T) {
+		l := &RateLimiter{}
+		holdAt(l, 10, time.Hour)
+		d := driver{t, l}
+		p := d.take()
+		time.Sleep(50 * time.Millisecond)
+		d.answer(p, 200)
+		time.Sleep(time.Second) // a permit is due
+		for _, tc := range []struct {
+			left time.Duration
+			ok   bool
+		}{{140 * time.Millisecond, false}, {160 * time.Millisecond, true}} {
+			ctx, cancel := context.WithTimeout(context.Background(), tc.left)
+			start := time.Now()
+			var q permit
+			err := l.acquire(ctx, &q)
+			cancel()
+			if (err == nil) != tc.ok || time.Since(start) != 0 {
+				t.Errorf("%v left: got %v after %v; want a permit: %v, at once", tc.left, err, time.Since(start), tc.ok)
+			}
+			q.cancel()
+		}
+	})
+}
+
+func TestLimiterQueueBound(t *testing.T) {
+	// At 10 permits a second, an attempt waits for a permit at most 20
+	// permits' time, 2 s; one whose permit is further fails at once.
+	synctest.Test(t, func(t *testing.T) {
+		l := &RateLimiter{}
+		holdAt(l, 10, time.Hour)
+		for _, tc := range []struct {
+			ahead time.Duration
+			ok    bool
+		}{{2 * time.Second, true}, {2*time.Second + time.Millisecond, false}} {
+			l.mu.Lock()
+			l.next = time.Now().Add(tc.ahead)
+			l.mu.Unlock()
+			_, ok := l.reserve(time.Now(), time.Now(), time.Time{}, false)
+			if ok != tc.ok {
+				t.Errorf("permit %v ahead: got %v; want %v", tc.ahead, ok, tc.ok)
+			}
+		}
+	})
+}
+
+func TestLimiterHonoursRetryAfter(t *testing.T) {
+	// A 429 asking for a delay pauses the limiter: no hedge gets a permit,
+	// a request whose deadline comes first fails at once, and the next
+	// permit is at the pause's end (asked for 100 ms before it).
+	for _, tc := range []struct {
+		name   string
+		header []string
+		pause  time.Duration
+	}{
+		{"Retry-After", []string{"Retry-After", "3"}, 3 * time.Second},
+		{"x-amz-retry-after", []string{"X-Amz-Retry-After", "1500"}, 1500 * time.Millisecond},
+		{"beyond MaxServerDelay", []string{"Retry-After", "3600"}, DefaultMaxDelay},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := &RateLimiter{}
+				holdAt(l, 100, time.Hour)
+				d := driver{t, l}
+				start := time.Now()
+				d.answer(permit{l: l, epoch: 0}, 429, tc.header...) // a round already cut for: no cut, but a pause
+				if s := peek(l); s.epoch != 1 {
+					t.Fatalf("got %d cuts; want 1", s.epoch)
+				}
+				if _, ok := l.tryAcquire(time.Now()); ok {
+					t.Error("a hedge got a permit during the pause; want none")
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), tc.pause)
+				var p permit
+				if err := l.acquire(ctx, &p); !errors.Is(err, ErrRateLimited) || time.Since(start) != 0 {
+					t.Errorf("a request with a deadline at the pause's end: got %v after %v; want ErrRateLimited at once", err, time.Since(start))
+				}
+				cancel()
+				time.Sleep(tc.pause - 100*time.Millisecond)
+				d.take()
+				if got := time.Since(start); got != tc.pause {
+					t.Errorf("next permit after %v; want %v, the pause", got, tc.pause)
+				}
+			})
+		})
+	}
+}
+
+func TestLimiterPauseVoidsWaitingPermits(t *testing.T) {
+	// A attempt waits for a permit due in 100 ms when a 429 asks for 1 s: it
+	// wakes, finds its permit inside the pause, and takes one after it.
+	synctest.Test(t, func(t *testing.T) {
+		l := &RateLimiter{}
+		holdAt(l, 10, time.Hour)
+		d := driver{t, l}
+		d.take() // at once; the next permit is due in 100 ms
+		start := time.Now()
+		var wg sync.WaitGroup
+		var took time.Duration
+		wg.Go(func() {
+			d.take()
+			took = time.Since(start)
+		})
+		synctest.Wait()
+		time.Sleep(50 * time.Millisecond)
+		d.answer(permit{l: l, epoch: 0}, 429, "Retry-After", "1")
+		wg.Wait()
+		if want := 50*time.Millisecond + time.Second; took != want {
+			t.Errorf("waiter sent after %v; want %v, at the pause's end", took, want)
+		}
+	})
+}
+
+func TestLimiterOneCutPerRound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &RateLimiter{}
+		holdAt(l, 10, time.Hour)
+		d := driver{t, l}
+		d.answer(permit{l: l, epoch: 1}, 429)
+		level := peek(l).level
+		for range 5 { // throttles of permits given before the cut
+			d.answer(permit{l: l, epoch: 1}, 429)
+		}
+		if s := peek(l); s.epoch != 2 || s.level != level {
+			t.Errorf("got %d cuts, level %v; want 2, %v: the cut already answered them", s.epoch, s.level, level)
 		}
 	})
 }
@@ -178,6 +564,9 @@ func throttledOnce(lag time.Duration) (*rht.Transport, []rht.Step) {
 }
 
 func TestTransportWaitsForPermits(t *testing.T) {
+	// One 429 starts the limiter at 7/s (0.7 x 1 send in its 100 ms
+	// minimum); each later request takes its permit one interval of the
+	// start's share (0.7) of the demand after the one before.
 	synctest.Test(t, func(t *testing.T) {
 		base, _ := throttledOnce(0)
 		lim := &RateLimiter{}
@@ -188,7 +577,7 @@ func TestTransportWaitsForPermits(t *testing.T) {
 			t.Fatalf("got %d; want the 429", code)
 		}
 		if got := lim.Rate(); !near(got, 7) {
-			t.Fatalf("got a rate of %v; want 7 (0.7 x 1 sent in 100 ms)", got)
+			t.Fatalf("got a rate of %v; want 7", got)
 		}
 		start := time.Now()
 		for range 3 {
@@ -200,17 +589,23 @@ func TestTransportWaitsForPermits(t *testing.T) {
 		if len(times) != 4 {
 			t.Fatalf("got %d attempts; want 4", len(times))
 		}
-		if got, want := times[1].Time.Sub(start), seventh; got != want {
-			t.Errorf("first request after the throttle sent after %v; want %v", got, want)
+		if got := times[1].Time.Sub(start); got != seventh {
+			t.Errorf("first request after the throttle sent after %v; want %v", got, seventh)
 		}
-		for i := 2; i < 4; i++ {
+		var asked []float64 // when each request asked, since the throttle
+		for i := 1; i < 4; i++ {
+			asked = append(asked, times[i-1].Time.Sub(start).Seconds())
+		}
+		asked[0] = 0
+		for i := 2; i < 4; i++ { // each gap set when the request before asked
+			dem := meterRate(10, 0.1, asked[:i-1], asked[i-2])
 			gap := times[i].Time.Sub(times[i-1].Time)
-			if want := interval(curve(10, 0.3, times[i-1].Time.Sub(start))); gap != want {
-				t.Errorf("gap %d: got %v; want %v", i, gap, want)
+			if want := interval(max(0.7*dem, DefaultLimiterMinRate)); gap != want {
+				t.Errorf("gap %d: got %v; want %v (0.7 of a demand of %.3f/s)", i, gap, want, dem)
 			}
 		}
-		if a := hooks[1]; a.PermitWait != seventh || !near(a.RateLimit, curve(10, 0.3, seventh)) {
-			t.Errorf("got PermitWait %v and RateLimit %v in the hook; want 1/7 s and %v", a.PermitWait, a.RateLimit, curve(10, 0.3, seventh))
+		if a := hooks[1]; a.PermitWait != seventh {
+			t.Errorf("got PermitWait %v in the hook; want 1/7 s", a.PermitWait)
 		}
 	})
 }
@@ -248,11 +643,13 @@ func TestTransportFailsFastWithoutPermit(t *testing.T) {
 					t.Errorf("request body closed %d times; want 1", body.closes)
 				}
 				rht.AssertAttempts(t, base, 1)
-				if st := lim.Stats(); st.Cuts != 1 || st.Refused != 1 || !near(st.Rate, 7) {
-					t.Errorf("got stats %+v; want 1 cut, 1 refused, rate 7", st)
+				// The refused request asked: the demand, and the rate, rose.
+				want := 0.7 * meterRate(10, 0.1, []float64{0}, 0)
+				if st := lim.Stats(); st.Cuts != 1 || st.Refused != 1 || !near(st.Rate, want) {
+					t.Errorf("got stats %+v; want 1 cut, 1 refused, rate %v", st, want)
 				}
 				if got := logs.String(); !strings.Contains(got, `level=WARN msg="retryhttp: no send permit" method=`+method) ||
-					!strings.Contains(got, "attempt=1 rate_limit=7") {
+					!strings.Contains(got, "attempt=1 rate_limit=") {
 					t.Errorf("got log %q; want one warning for the attempt not made", got)
 				}
 			})
@@ -283,7 +680,8 @@ func TestRetryTakesAPermit(t *testing.T) {
 
 func TestRetryPlannedAheadHoldsNoPermit(t *testing.T) {
 	// A retry due in 500 ms (retry-after-ms) does not hold a permit in the
-	// meantime: another request gets the next one, 1/7 s after the 429.
+	// meantime: another request gets the next one. The 429's Retry-After
+	// pauses the limiter, though, so that one comes after the pause.
 	synctest.Test(t, func(t *testing.T) {
 		lim := &RateLimiter{}
 		base := rht.NewTransport(rht.Status(429).WithHeader("Retry-After-Ms", "500"), rht.Status(200))
@@ -294,10 +692,11 @@ func TestRetryPlannedAheadHoldsNoPermit(t *testing.T) {
 		wg.Go(func() { roundTrip(t, tr, newReq(t, "GET", "")) })
 		synctest.Wait() // the 429 is in, its retry waits
 		roundTrip(t, &Transport{Base: other, Limiter: lim}, newReq(t, "GET", ""))
-		if got := other.Attempts()[0].Time.Sub(start); got != seventh {
-			t.Errorf("the other request was sent after %v; want %v", got, seventh)
-		}
 		wg.Wait()
+		a, b := other.Attempts()[0].Time.Sub(start), base.Attempts()[1].Time.Sub(start)
+		if a != 500*time.Millisecond || b <= a {
+			t.Errorf("the other request was sent after %v, the retry after %v; want the other first, at the pause's end (500ms)", a, b)
+		}
 	})
 }
 
@@ -324,63 +723,30 @@ func TestRetryWithoutPermitReturnsTheResponse(t *testing.T) {
 
 func TestCutWhileWaiting(t *testing.T) {
 	// B waits for its permit when A's throttle comes back: B's permit was
-	// given at the old rate, so it takes one at the new rate.
+	// given before the cut, so it takes one of the new rate when it wakes.
 	synctest.Test(t, func(t *testing.T) {
 		lim := &RateLimiter{}
-		first := rht.NewTransport(rht.Status(429))
-		tr := &Transport{Base: first, Limiter: lim, Policy: Policy{MaxAttempts: 1}}
-		roundTrip(t, tr, newReq(t, "GET", "")) // rate 7/s
+		holdAt(lim, 10, time.Hour)
 		base := rht.NewTransport(rht.Status(429).WithDelay(50*time.Millisecond), rht.Status(200))
-		tr = &Transport{Base: base, Limiter: lim, Policy: Policy{MaxAttempts: 1}}
+		tr := &Transport{Base: base, Limiter: lim, Policy: Policy{MaxAttempts: 1}}
 		start := time.Now()
 		var wg sync.WaitGroup
-		wg.Go(func() { roundTrip(t, tr, newReq(t, "GET", "")) }) // A: sent at 1/7 s, 429 at 1/7 s + 50 ms
+		wg.Go(func() { roundTrip(t, tr, newReq(t, "GET", "")) }) // A: sent at once, 429 at 50 ms
 		synctest.Wait()
-		time.Sleep(time.Millisecond)
-		wg.Go(func() { roundTrip(t, tr, newReq(t, "GET", "")) }) // B: permit at 2/7 s
+		wg.Go(func() { roundTrip(t, tr, newReq(t, "GET", "")) }) // B: its permit at 100 ms
+		synctest.Wait()
+		time.Sleep(100 * time.Millisecond) // B wakes after the cut
 		wg.Wait()
 		a := base.Attempts()
 		if len(a) != 2 {
 			t.Fatalf("got %d attempts; want 2", len(a))
 		}
-		cut := seventh + 50*time.Millisecond
 		lim.mu.Lock()
-		next := time.Duration(float64(time.Second) / lim.rateAt(start.Add(cut)))
+		gap := interval(lim.level) // the period is an hour: no probe
 		lim.mu.Unlock()
-		if got, want := a[1].Time.Sub(start), cut+next; got != want {
-			t.Errorf("B sent after %v; want %v (one interval of the new rate after the cut), not 2/7 s", got, want)
+		if got, want := a[1].Time.Sub(start), 50*time.Millisecond+gap; got != want {
+			t.Errorf("B sent after %v; want %v (one interval of the new rate after the cut), not 100ms", got, want)
 		}
-	})
-}
-
-func TestRetryPermitVoidedByACut(t *testing.T) {
-	// A retry waits for its permit (1/7 s after the first 429) when another
-	// request's throttle cuts the rate again at 50 ms: its permit is void,
-	// and the new one (one interval of the new rate after the second cut)
-	// is past its 200 ms deadline. It ends with ErrRateLimited when it
-	// wakes, and its tokens go back.
-	synctest.Test(t, func(t *testing.T) {
-		lim := &RateLimiter{}
-		base := rht.NewTransport(rht.Status(429), rht.Status(200))
-		budget := NewBudget(500)
-		tr := &Transport{Base: base, Limiter: lim, Budget: budget, Policy: Policy{Rand: lowRand, Timeout: 200 * time.Millisecond}}
-		time.AfterFunc(50*time.Millisecond, func() { lim.throttled(1, time.Now()) })
-		start := time.Now()
-		resp, err := tr.RoundTrip(newReq(t, "GET", ""))
-		var re *Error
-		if resp != nil || !errors.As(err, &re) || re.Decision != StopRateLimited || re.Attempts != 1 || !errors.Is(err, ErrRateLimited) {
-			t.Fatalf("got (%v, %v); want a rate-limited *Error after 1 attempt", resp, err)
-		}
-		if took := time.Since(start); took != seventh {
-			t.Errorf("returned after %v; want %v, when the voided permit was due", took, seventh)
-		}
-		if got := budget.Available(); got != 500 {
-			t.Errorf("got %d tokens; want 500 (the retry never sent gives its 5 back)", got)
-		}
-		if st := lim.Stats(); st.Cuts != 2 || st.Refused != 1 {
-			t.Errorf("got %+v; want 2 cuts, 1 refused", st)
-		}
-		rht.AssertAttempts(t, base, 1)
 	})
 }
 
@@ -434,12 +800,13 @@ func TestLimiterLogs(t *testing.T) {
 }
 
 func TestLimiterUnderConcurrency(t *testing.T) {
-	// 100 goroutines at once through a limiter held at 7/s: the sends
-	// follow the rate, and every request either gets a permit within its
-	// 1 s deadline or fails at once.
+	// 100 goroutines at once through a limiter holding 10/s: the sends
+	// follow the rate, each request either gets a permit within 20
+	// permits' time (the queue's bound, 2 s, beyond the 1 s deadline: the
+	// deadline decides) or fails at once.
 	synctest.Test(t, func(t *testing.T) {
 		lim := &RateLimiter{}
-		roundTrip(t, &Transport{Base: rht.NewTransport(rht.Status(429)), Limiter: lim, Policy: Policy{MaxAttempts: 1}}, newReq(t, "GET", ""))
+		holdAt(lim, 10, time.Hour)
 		base := rht.NewTransport(rht.Status(200).Times(100))
 		tr := &Transport{Base: base, Limiter: lim}
 		var (
@@ -467,28 +834,20 @@ func TestLimiterUnderConcurrency(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		sent := len(base.Attempts())
-		// Permits at 1/7 s, 2/7 s, ... before 1 s: 6 or 7 (the rate
-		// grows by a hair).
-		if sent < 6 || sent > 7 || sent+limited != 100 {
-			t.Errorf("got %d sent and %d rate limited; want 6 or 7 sent, the rest limited", sent, limited)
+		// Permits at 0, 100, ..., 900 ms: 10.
+		if sent := len(base.Attempts()); sent != 10 || limited != 90 {
+			t.Errorf("got %d sent and %d rate limited; want 10 sent, 90 limited", sent, limited)
+		}
+		for i, a := range base.Attempts() {
+			if got, want := a.Time.Sub(start), time.Duration(i)*interval(10); got != want {
+				t.Errorf("attempt %d sent at %v; want %v", i, got, want)
+			}
 		}
 	})
 }
 
-// reserveAt takes a permit for an attempt due at now, without waiting for
-// it, and reports when it may be sent and under which epoch.
-func reserveAt(l *RateLimiter, now, deadline time.Time) (time.Time, uint64, bool) {
-	if !l.limiting.Load() {
-		l.countIdle(now)
-		return now, 0, true
-	}
-	p, at, ok := l.reserve(now, now, deadline)
-	return at, p.epoch, ok
-}
-
 func TestRateLimiterFirstCutUsesTheRecentRate(t *testing.T) {
-	// One request, an hour idle, then 100 at 20/s and a 429: the cut is
+	// One request, an hour idle, then 100 at 20/s and a 429: the start is
 	// from the rate just measured (38 sends in the 1.85 s since the last
 	// mark, at the 64th of the 100), not from the hour's average.
 	synctest.Test(t, func(t *testing.T) {
@@ -509,8 +868,7 @@ func TestRateLimiterFirstCutUsesTheRecentRate(t *testing.T) {
 }
 
 func TestRateLimiterNonFiniteSettings(t *testing.T) {
-	// NaN and infinite settings mean the defaults: the same rate after the
-	// same throttle as the zero RateLimiter.
+	// NaN and infinite settings mean the defaults.
 	nan, inf := math.NaN(), math.Inf(1)
 	for _, l := range []*RateLimiter{
 		{Beta: nan}, {Beta: inf}, {Beta: -inf}, {MinRate: nan}, {MinRate: inf}, {MinRate: -inf}, {Beta: nan, MinRate: nan},
@@ -519,35 +877,26 @@ func TestRateLimiterNonFiniteSettings(t *testing.T) {
 			if l.beta() != DefaultLimiterBeta || l.minRate() != DefaultLimiterMinRate {
 				t.Errorf("got beta %v, min rate %v; want the defaults", l.beta(), l.minRate())
 			}
-			var zero RateLimiter
-			for _, lim := range []*RateLimiter{l, &zero} {
-				sendSteadily(t, lim, t0, 10, 100*time.Millisecond)
-				lim.throttled(0, t0.Add(time.Second))
-			}
-			l.mu.Lock()
-			got := l.rateAt(t0.Add(2 * time.Second))
-			l.mu.Unlock()
-			zero.mu.Lock()
-			want := zero.rateAt(t0.Add(2 * time.Second))
-			zero.mu.Unlock()
-			if math.IsNaN(got) || !near(got, want) {
-				t.Errorf("got rate %v; want %v, the zero RateLimiter's", got, want)
-			}
+			synctest.Test(t, func(t *testing.T) {
+				startAt21(t, l)
+				if got := l.Rate(); math.IsNaN(got) || !near(got, 0.7*21) {
+					t.Errorf("got rate %v; want %v, the zero RateLimiter's", got, 0.7*21)
+				}
+			})
 		})
 	}
 }
 
 func TestMaxWaitBoundsTheWholeWait(t *testing.T) {
-	// B is due at 1 ms with a permit at about 2/7 s, within MaxWait
-	// (300 ms). A's 429 cuts the rate at 1/7 s + 50 ms, which voids B's
-	// permit; the next one would come at 393 ms, 392 ms after B was due: B
-	// fails at once when it finds out, rather than wait past MaxWait.
+	// B is due at 1 ms with a permit at 100 ms, within MaxWait (150 ms).
+	// A's 429 cuts the rate at 50 ms (to 7.75/s), which voids B's permit;
+	// the next would come at 50 + 129 ms, 178 ms after B was due: B fails
+	// when it finds out, at 100 ms, rather than wait past MaxWait.
 	synctest.Test(t, func(t *testing.T) {
-		lim := &RateLimiter{MaxWait: 300 * time.Millisecond}
-		tr := &Transport{Base: rht.NewTransport(rht.Status(429)), Limiter: lim, Policy: Policy{MaxAttempts: 1}}
-		roundTrip(t, tr, newReq(t, "GET", "")) // rate 7/s
+		lim := &RateLimiter{MaxWait: 150 * time.Millisecond}
+		holdAt(lim, 10, time.Hour)
 		base := rht.NewTransport(rht.Status(429).WithDelay(50*time.Millisecond), rht.Status(200))
-		tr = &Transport{Base: base, Limiter: lim, Policy: Policy{MaxAttempts: 1}}
+		tr := &Transport{Base: base, Limiter: lim, Policy: Policy{MaxAttempts: 1}}
 		start := time.Now()
 		var wg sync.WaitGroup
 		wg.Go(func() { roundTrip(t, tr, newReq(t, "GET", "")) }) // A
@@ -564,24 +913,24 @@ func TestMaxWaitBoundsTheWholeWait(t *testing.T) {
 		if !errors.As(err, &re) || re.Decision != StopRateLimited || re.Attempts != 0 {
 			t.Fatalf("B: got %v; want StopRateLimited after 0 attempts", err)
 		}
-		cut := seventh + 50*time.Millisecond
-		if took <= cut || took > time.Millisecond+lim.MaxWait {
-			t.Errorf("B gave up after %v; want after the cut (%v), when its voided permit was due, within MaxWait of being due", took, cut)
+		if took != 100*time.Millisecond {
+			t.Errorf("B gave up after %v; want 100ms, when its voided permit was due", took)
 		}
 		rht.AssertAttempts(t, base, 1)
 	})
 }
 
 func TestCanceledWaiterGivesItsSlotBack(t *testing.T) {
-	// A waits for the permit at 1/7 s and is canceled at 10 ms: its slot goes
-	// back, and C, due at 20 ms, takes it, not the one after.
+	// A waits for the permit at 100 ms and is canceled at 10 ms: its slot
+	// goes back, and C, due at 20 ms, takes it, not the one after.
 	synctest.Test(t, func(t *testing.T) {
 		lim := &RateLimiter{}
-		tr := &Transport{Base: rht.NewTransport(rht.Status(429)), Limiter: lim, Policy: Policy{MaxAttempts: 1}}
-		roundTrip(t, tr, newReq(t, "GET", "")) // rate 7/s
+		holdAt(lim, 10, time.Hour)
+		d := driver{t, lim}
+		d.take() // at once
 		start := time.Now()
 		base := rht.NewTransport(rht.Status(200))
-		tr = &Transport{Base: base, Limiter: lim, Policy: Policy{MaxAttempts: 1}}
+		tr := &Transport{Base: base, Limiter: lim, Policy: Policy{MaxAttempts: 1}}
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(10*time.Millisecond, cancel)
 		if _, err := tr.RoundTrip(newReq(t, "GET", "").WithContext(ctx)); !errors.Is(err, context.Canceled) {
@@ -589,22 +938,22 @@ func TestCanceledWaiterGivesItsSlotBack(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 		roundTrip(t, tr, newReq(t, "GET", "")) // C
-		if got := base.Attempts()[0].Time.Sub(start); got != seventh {
-			t.Errorf("C sent after %v; want %v (A's slot)", got, seventh)
+		if got := base.Attempts()[0].Time.Sub(start); got != 100*time.Millisecond {
+			t.Errorf("C sent after %v; want 100ms (A's slot)", got)
 		}
 	})
 }
 
 // A waits for the first slot and B for the second; A is canceled; C comes
 // next. A's slot has a later permit behind it (B's), so it is not given back:
-// C is sent about one interval after B, not with it. x/time/rate's
+// C is sent one interval after B, not with it. x/time/rate's
 // Reservation.Cancel, the model, restores only what later reservations have
 // not taken.
 func TestCanceledWaiterNeverDoubleBooksASlot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		lim := &RateLimiter{}
-		warm := &Transport{Base: rht.NewTransport(rht.Status(429)), Limiter: lim, Policy: Policy{MaxAttempts: 1}}
-		roundTrip(t, warm, newReq(t, "GET", "")) // limiting at 7/s
+		holdAt(lim, 10, time.Hour)
+		driver{t, lim}.take() // at once
 		base := rht.NewTransport(rht.Status(200))
 		tr := &Transport{Base: base, Limiter: lim, Policy: Policy{MaxAttempts: 1}}
 		start := time.Now()
@@ -623,11 +972,61 @@ func TestCanceledWaiterNeverDoubleBooksASlot(t *testing.T) {
 		if len(a) != 2 {
 			t.Fatalf("got %d attempts; want 2 (B and C)", len(a))
 		}
-		b, c := a[0].Time.Sub(start), a[1].Time.Sub(start)
-		// One interval of the rate at B's slot: a little under 1/7 s, as
-		// the rate grows back along its curve.
-		if c-b < seventh*9/10 {
-			t.Errorf("B sent at %v, C at %v: %v apart; want about one interval (%v) apart, no burst", b, c, c-b, seventh)
+		if b, c := a[0].Time.Sub(start), a[1].Time.Sub(start); b != 200*time.Millisecond || c != 300*time.Millisecond {
+			t.Errorf("B sent at %v, C at %v; want 200ms and 300ms, one interval apart, no burst", b, c)
+		}
+	})
+}
+
+func TestTransportLeavesRoomForTheAttempt(t *testing.T) {
+	// Attempts take 50 ms. After one 429 (7/s), A is sent at 1/7 s and
+	// answered at 192.86 ms; B then asks with a deadline 120 ms away, and
+	// its permit is due at 212.5 ms (one interval of 0.7 of the demand
+	// after A's). The permit comes before the deadline, but the attempt
+	// would end after it: B fails at once, and the server is not asked for
+	// work whose answer nobody would read.
+	synctest.Test(t, func(t *testing.T) {
+		base, _ := throttledOnce(50 * time.Millisecond)
+		tr := &Transport{Base: base, Limiter: &RateLimiter{}, Policy: Policy{MaxAttempts: 1}}
+		roundTrip(t, tr, newReq(t, "GET", ""))
+		if code, _, err := roundTrip(t, tr, newReq(t, "GET", "")); code != 200 || err != nil { // A
+			t.Fatalf("A: got (%d, %v); want 200", code, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 120*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, err := tr.RoundTrip(newReq(t, "GET", "").WithContext(ctx)) // B
+		if !errors.Is(err, ErrRateLimited) || time.Since(start) != 0 {
+			t.Errorf("B: got %v after %v; want ErrRateLimited at once", err, time.Since(start))
+		}
+		rht.AssertAttempts(t, base, 2)
+	})
+}
+
+func TestTransportPausesOnRetryAfter(t *testing.T) {
+	// A 429 with Retry-After: 2 pauses the limiter, for every request
+	// through it, not only for the throttled request's retry: another
+	// Transport sharing it, asking 1.5 s later, sends at 2 s; one asking
+	// at once with a 1 s deadline fails at once.
+	synctest.Test(t, func(t *testing.T) {
+		lim := &RateLimiter{}
+		throttled := &Transport{Base: rht.NewTransport(rht.Status(429).WithHeader("Retry-After", "2")), Limiter: lim, Policy: Policy{MaxAttempts: 1}}
+		roundTrip(t, throttled, newReq(t, "GET", ""))
+		other := rht.NewTransport(rht.Status(200))
+		tr := &Transport{Base: other, Limiter: lim}
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if _, err := tr.RoundTrip(newReq(t, "GET", "").WithContext(ctx)); !errors.Is(err, ErrRateLimited) || time.Since(start) != 0 {
+			t.Errorf("with a 1 s deadline: got %v after %v; want ErrRateLimited at once", err, time.Since(start))
+		}
+		time.Sleep(1500 * time.Millisecond)
+		roundTrip(t, tr, newReq(t, "GET", ""))
+		if a := other.Attempts(); len(a) != 1 || a[0].Time.Sub(start) != 2*time.Second {
+			t.Fatalf("got attempts %v; want one, at 2s", a)
+		}
+		if got := other.Attempts()[0].Time.Sub(start); got != 2*time.Second {
+			t.Errorf("the other request was sent after %v; want 2s", got)
 		}
 	})
 }

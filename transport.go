@@ -70,9 +70,10 @@ type Transport struct {
 
 	// Limiter, if not nil, slows the Transport while it is being throttled:
 	// every attempt, the first of a request included, waits for a send
-	// permit from it, and a request whose permit would come after its
-	// deadline fails at once (StopRateLimited). Give several Transports the
-	// same RateLimiter to make them share one rate. Nil means no limit.
+	// permit from it, and a request whose permit would come too late to
+	// leave room for the attempt before its deadline fails at once
+	// (StopRateLimited). Give several Transports the same RateLimiter to
+	// make them share one rate. Nil means no limit.
 	Limiter *RateLimiter
 
 	// PerHost, if not nil, gives each destination (scheme, host and port)

@@ -55,6 +55,15 @@ type Workload struct {
 	// whole seconds (rounded up, RFC 9110) and x-amz-retry-after in
 	// milliseconds (what the AWS SDKs read).
 	RetryAfter time.Duration `json:"retry_after,omitempty"`
+	// Quota, if not zero, replaces the token bucket with a quota counted
+	// in fixed windows of this length from the start, as many APIs count
+	// theirs: the server admits the window's share of the capacity
+	// (Capacity's rate at the window's start times Quota) and answers 429
+	// after that, with Retry-After: the time left until the window resets
+	// (x-amz-retry-after in milliseconds, Retry-After in whole seconds
+	// rounded up). A client that honours it sends nothing that would be
+	// refused; one that does not keeps sending into a closed window.
+	Quota time.Duration `json:"quota,omitempty"`
 	// Duration is how long the clients make requests.
 	Duration time.Duration `json:"duration"`
 }
@@ -192,12 +201,22 @@ func workload(schedule string, clients int, unequal bool, load float64, service,
 	return w
 }
 
+// withQuota turns a steady workload's token bucket into a quota counted in
+// windows of q (see Workload.Quota), whose 429s say when the window resets.
+func withQuota(w Workload, q time.Duration) Workload {
+	w.Quota = q
+	w.Name = fmt.Sprintf("quota%v", q) + strings.TrimPrefix(w.Name, "steady")
+	return w
+}
+
 // ThrottleMatrix returns the workloads of the full matrix. Each varies a
 // few of: the capacity's schedule (steady; halving; falling 10x and coming
-// back; stepping down and up), one to 100 clients at equal rates or rates
-// spread over 10x, an offered load of 1.25x to 5x the capacity, a service
-// time of 0, 5 or 50 ms, a deadline of 0.5 to 5 s, and 429s with or without
-// Retry-After. The capacity starts at 100 requests per second.
+// back; stepping down and up; a quota counted in windows of 3 or 5 s), one
+// to 100 clients at equal rates or rates spread over 10x, an offered load
+// of 1.25x to 5x the capacity, a service time of 0, 5 or 50 ms, a deadline
+// of 0.5 to 5 s, and 429s with or without Retry-After (a fixed 1 s, or the
+// time until the quota's window resets). The capacity starts at 100
+// requests per second.
 func ThrottleMatrix() []Workload {
 	ms := time.Millisecond
 	s := time.Second
@@ -208,6 +227,7 @@ func ThrottleMatrix() []Workload {
 		workload("steady", 1, false, 2, 50*ms, 5*s, false),
 		workload("drop10x", 1, false, 1.25, 5*ms, 1*s, false),
 		workload("steady", 1, false, 1.25, 0, 1*s, true),
+		withQuota(workload("steady", 1, false, 1.25, 5*ms, 5*s, false), 3*s),
 		// Ten to twenty clients.
 		workload("steady", 10, false, 2, 0, 1*s, false),
 		workload("steady", 10, false, 5, 5*ms, 2*s, false),
@@ -221,6 +241,7 @@ func ThrottleMatrix() []Workload {
 		workload("steps", 10, false, 2, 5*ms, 1*s, false),
 		workload("steady", 10, false, 5, 5*ms, 2*s, true),
 		workload("drop10x", 10, true, 2, 5*ms, 2*s, true),
+		withQuota(workload("steady", 10, true, 2, 5*ms, 2*s, false), 5*s),
 		// Fifty to a hundred clients.
 		workload("steady", 50, true, 5, 5*ms, 2*s, false),
 		workload("steady", 100, false, 1.25, 5*ms, 1*s, false),
@@ -276,6 +297,7 @@ type matrixServer struct {
 	mu                      sync.Mutex
 	tokens                  float64
 	last                    time.Duration // of the last refill, since start
+	window, used            int           // with a Quota: the current window and what it admitted
 	attempts, throttled, ok []int
 }
 
@@ -289,8 +311,22 @@ func newMatrixServer(w Workload, start time.Time) *matrixServer {
 func burst(rate float64) float64 { return max(1, rate*BurstSeconds) }
 
 // admit refills the bucket up to now (since start), one capacity segment at
-// a time, and takes a token if there is one. Must hold mu.
-func (s *matrixServer) admit(now time.Duration) bool {
+// a time, and takes a token if there is one; with a Quota, it counts the
+// request in its window instead, and reports how long until the window
+// resets. Must hold mu.
+func (s *matrixServer) admit(now time.Duration) (bool, time.Duration) {
+	if q := s.w.Quota; q > 0 {
+		w := int(now / q)
+		if w != s.window {
+			s.window, s.used = w, 0
+		}
+		rate, _ := s.w.capacityAt(time.Duration(w) * q)
+		if s.used < int(rate*q.Seconds()) {
+			s.used++
+			return true, 0
+		}
+		return false, time.Duration(w+1)*q - now
+	}
 	for s.last < now {
 		rate, next := s.w.capacityAt(s.last)
 		end := min(now, next)
@@ -299,9 +335,9 @@ func (s *matrixServer) admit(now time.Duration) bool {
 	}
 	if s.tokens >= 1 {
 		s.tokens--
-		return true
+		return true, 0
 	}
-	return false
+	return false, s.w.RetryAfter
 }
 
 func (s *matrixServer) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -318,7 +354,7 @@ func (s *matrixServer) RoundTrip(req *http.Request) (*http.Response, error) {
 		rec.sent(now)
 	}
 	s.mu.Lock()
-	admitted := s.admit(now)
+	admitted, ra := s.admit(now)
 	b := min(int(now/matrixBin), len(s.attempts)-1)
 	s.attempts[b]++
 	if admitted {
@@ -342,7 +378,7 @@ func (s *matrixServer) RoundTrip(req *http.Request) (*http.Response, error) {
 	status, body := http.StatusOK, stsOK
 	if !admitted {
 		status, body = http.StatusTooManyRequests, stsThrottled
-		if ra := s.w.RetryAfter; ra > 0 {
+		if ra > 0 {
 			h.Set("Retry-After", strconv.FormatInt(int64((ra+time.Second-1)/time.Second), 10))
 			h.Set("X-Amz-Retry-After", strconv.FormatInt(ra.Milliseconds(), 10))
 		}

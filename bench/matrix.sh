@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs issue 18's matrices and saves them for the docs: the throttling
-# matrix in fake time (../docs/throttling-matrix.json; 7 minutes on a busy
-# 2-core machine with 5 seeds, most of it the AWS SDK's waiters) and the
-# hedging matrix over loopback in real time (../docs/hedging-matrix.json;
-# 6 minutes with 5 seeds; keep the machine otherwise idle), then prints
-# both reports' tables.
+# matrix in fake time (../docs/throttling-matrix.json, its charts in
+# ../docs/img; about 8 minutes on a busy 2-core machine with 5 seeds, most
+# of it the AWS SDK's waiters; bench's TestThrottleMatrixGoals asserts its
+# goals) and the hedging matrix over loopback in real time
+# (../docs/hedging-matrix.json; 6 minutes with 5 seeds; keep the machine
+# otherwise idle), then prints both reports' tables.
 # Usage: (cd bench && ./matrix.sh) [throttling seeds, default 5] [hedging seeds, default 5]
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -13,5 +14,6 @@ hseeds=${2:-5}
 go run ./cmd/matrix -json -seeds "$tseeds" > ../docs/throttling-matrix.json
 go run ./cmd/hedgematrix -json -seeds "$hseeds" > ../docs/hedging-matrix.json
 go run ./cmd/matrix -in ../docs/throttling-matrix.json
+(cd ../docs/plot && go run . -only matrix -matrix ../throttling-matrix.json -out ../img)
 echo
 go run ./cmd/hedgematrix -in ../docs/hedging-matrix.json

@@ -246,6 +246,27 @@ func TestMatrixServer(t *testing.T) {
 		if srv.ok[0] != 2 {
 			t.Errorf("got %d 200s at the server; want 2", srv.ok[0])
 		}
+
+		// A quota of 4 a window of 400 ms (10/s): the fifth request of the
+		// window is refused with the time left until the window resets;
+		// the next window admits again.
+		w = Workload{Capacity: steady(10), Quota: 400 * ms, Deadline: time.Second, Duration: time.Second}
+		srv = newMatrixServer(w, time.Now())
+		codes = nil
+		for range 4 {
+			codes = append(codes, get().StatusCode)
+		}
+		time.Sleep(150 * ms)
+		resp = get()
+		if resp.StatusCode != 429 || resp.Header.Get("X-Amz-Retry-After") != "250" || resp.Header.Get("Retry-After") != "1" {
+			t.Errorf("fifth in the window: got %d, x-amz-retry-after %q, Retry-After %q; want 429, 250 (ms left), 1 (s, rounded up)",
+				resp.StatusCode, resp.Header.Get("X-Amz-Retry-After"), resp.Header.Get("Retry-After"))
+		}
+		time.Sleep(250 * ms)
+		codes = append(codes, get().StatusCode)
+		if want := []int{200, 200, 200, 200, 200}; !reflect.DeepEqual(codes, want) {
+			t.Errorf("got statuses %v; want %v (four in the first window, one in the next)", codes, want)
+		}
 	})
 }
 

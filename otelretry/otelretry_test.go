@@ -137,13 +137,15 @@ func TestMetrics(t *testing.T) {
 func TestRateLimitMetrics(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m, reader := newMetrics(t)
-		// A 429 cuts the rate to 7/s; the next request waits 1/7 s for its
-		// permit; the one after it, with a 100 ms deadline, gets none.
+		// A 429 starts the limiter at 7/s; the next request waits 1/7 s for
+		// its permit; the one after it, with a 50 ms deadline, gets none
+		// (its permit is one interval of 0.7 of the demand, about 70 ms,
+		// away).
 		lim := &retryhttp.RateLimiter{}
 		tr := &retryhttp.Transport{Base: rht.NewTransport(rht.Status(429), rht.Status(200).Times(2)), Limiter: lim,
 			Policy: retryhttp.Policy{MaxAttempts: 1}}
 		m.Instrument(tr, attribute.String("client", "orders"))
-		for i, timeout := range []time.Duration{0, 0, 100 * time.Millisecond} {
+		for i, timeout := range []time.Duration{0, 0, 50 * time.Millisecond} {
 			ctx := context.Background()
 			if timeout > 0 {
 				var cancel context.CancelFunc
@@ -162,8 +164,8 @@ func TestRateLimitMetrics(t *testing.T) {
 		got := collect(t, reader)
 		rate := got["retryhttp.ratelimit.rate"].Data.(metricdata.Gauge[float64]).DataPoints
 		want := lim.Stats().Rate
-		if len(rate) != 1 || rate[0].Value != want || want < 7 || want > 7.2 {
-			t.Errorf("ratelimit.rate: got %+v; want one point of %v (7/s, grown for 1/7 s)", rate, want)
+		if len(rate) != 1 || rate[0].Value != want || want < 7 || want > 10 {
+			t.Errorf("ratelimit.rate: got %+v; want one point of %v (0.7 of a demand the requests raised from 10/s)", rate, want)
 		}
 		for name, want := range map[string]int64{"retryhttp.ratelimit.cuts": 1, "retryhttp.ratelimit.refused": 1} {
 			if v := sum(t, got[name]); v != want {

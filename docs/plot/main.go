@@ -1,11 +1,11 @@
 // Command plot draws the herd model's arrivals per second, one PNG per
 // schedule, the layered chains with and without retryhttp.Handler, the
-// budgets through an outage and, from a saved run of bench's cmd/throttle,
-// the throttling comparison, into docs/img. It is a module of its own so
-// that gonum/plot stays out of the library's dependencies. From the
-// repository root:
+// budgets through an outage and, from saved runs of bench's cmd/throttle
+// and cmd/matrix, the throttling comparison and matrix, into docs/img. It is
+// a module of its own so that gonum/plot stays out of the library's
+// dependencies. From the repository root:
 //
-//	(cd docs/plot && go run . -out ../img -throttle ../throttling.json)
+//	(cd docs/plot && go run . -out ../img -throttle ../throttling.json -matrix ../throttling-matrix.json)
 package main
 
 import (
@@ -30,7 +30,8 @@ func main() {
 	seed := flag.Uint64("seed", 0, "the seed of the jittered runs")
 	requests := flag.Int("requests", 3000, "requests per flaky layered chain")
 	throttle := flag.String("throttle", "", "the JSON of bench's cmd/throttle to chart (docs/throttling.json); none: no throttling charts")
-	only := flag.String("only", "", "draw only these charts: herd, layers, budget or throttle")
+	matrix := flag.String("matrix", "", "the JSON of bench's cmd/matrix to chart (docs/throttling-matrix.json); none: no matrix charts")
+	only := flag.String("only", "", "draw only these charts: herd, layers, budget, throttle or matrix")
 	flag.Parse()
 	draw := func(name string) bool { return *only == "" || *only == name }
 	if draw("herd") {
@@ -44,6 +45,181 @@ func main() {
 	}
 	if draw("throttle") && *throttle != "" {
 		throttleCharts(*out, *throttle)
+	}
+	if draw("matrix") && *matrix != "" {
+		matrixCharts(*out, *matrix)
+	}
+}
+
+// matrixReport is the part of bench's cmd/matrix -json that is charted.
+type matrixReport struct {
+	Results []struct {
+		Workload struct {
+			Name     string `json:"name"`
+			Capacity []struct {
+				At   float64 `json:"at"` // nanoseconds
+				Rate float64 `json:"rate"`
+			} `json:"capacity"`
+			Rates    []float64 `json:"rates"`
+			Duration float64   `json:"duration"`
+		} `json:"workload"`
+		Runs []struct {
+			Peer   string `json:"peer"`
+			Seed   int    `json:"seed"`
+			Series *struct {
+				CallerOK []int `json:"caller_ok"`
+			} `json:"series"`
+		} `json:"runs"`
+		Peers []struct {
+			Peer      string               `json:"peer"`
+			Goodput   struct{ Median any } `json:"goodput"`
+			Throttled struct{ Median any } `json:"throttled"`
+		} `json:"peers"`
+	} `json:"results"`
+}
+
+// num reads a median saved as a number ("inf" and null are not charted).
+func num(v any) (float64, bool) {
+	f, ok := v.(float64)
+	return f, ok
+}
+
+// matrixCharts draws docs/throttling.md's matrix charts: each peer's 429s
+// over the AWS adaptive mode's and goodput over the best of AWS's and no
+// limiter's, workload by workload (the goals' lines drawn across), and
+// callers' successes second by second through a capacity that falls 10x
+// and comes back.
+func matrixCharts(out, file string) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		log.Fatal(err)
+	}
+	var rep matrixReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		log.Fatal(err)
+	}
+	peers := []string{"retryhttp", "failsafe-throttler", "none", "aws-adaptive"}
+	throttled := plot.New()
+	throttled.Title.Text = "429s over the AWS adaptive mode's, per workload (log scale)"
+	throttled.X.Label.Text = "workload (docs/throttling.md's table)"
+	throttled.Y.Label.Text = "429s / AWS adaptive's"
+	throttled.Y.Scale = plot.LogScale{}
+	throttled.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	goodput := plot.New()
+	goodput.Title.Text = "Goodput over the best of AWS adaptive's and no limiter's"
+	goodput.X.Label.Text = "workload (docs/throttling.md's table)"
+	goodput.Y.Label.Text = "goodput / best"
+	pts := map[string][2]plotter.XYs{}
+	for i, r := range rep.Results {
+		by := map[string][2]float64{}
+		for _, p := range r.Peers {
+			g, ok1 := num(p.Goodput.Median)
+			t, ok2 := num(p.Throttled.Median)
+			if ok1 && ok2 {
+				by[p.Peer] = [2]float64{g, t}
+			}
+		}
+		aws, ok := by["aws-adaptive"]
+		if !ok {
+			continue
+		}
+		best := max(aws[0], by["none"][0])
+		for _, p := range peers {
+			v, ok := by[p]
+			if !ok {
+				continue
+			}
+			e := pts[p]
+			e[0] = append(e[0], plotter.XY{X: float64(i + 1), Y: max(v[1], 1) / max(aws[1], 1)})
+			e[1] = append(e[1], plotter.XY{X: float64(i + 1), Y: v[0] / best})
+			pts[p] = e
+		}
+	}
+	for i, p := range peers {
+		for k, pl := range []*plot.Plot{throttled, goodput} {
+			if p == "aws-adaptive" && k == 0 {
+				continue // 1 everywhere
+			}
+			s, err := plotter.NewScatter(pts[p][k])
+			if err != nil {
+				log.Fatal(err)
+			}
+			s.Color, s.Shape = plotutil.Color(i), plotutil.Shape(i)
+			pl.Add(s)
+			pl.Legend.Add(p, s)
+		}
+	}
+	n := float64(len(rep.Results))
+	for k, goal := range []struct {
+		p    *plot.Plot
+		y    float64
+		name string
+	}{{throttled, 0.5, "goal: at most half"}, {goodput, 0.98, "goal: 98% at least"}} {
+		l, err := plotter.NewLine(plotter.XYs{{X: 1, Y: goal.y}, {X: n, Y: goal.y}})
+		if err != nil {
+			log.Fatal(err)
+		}
+		l.Color, l.Dashes = plotutil.Color(len(peers)+k), plotutil.Dashes(1)
+		goal.p.Add(l)
+		goal.p.Legend.Add(goal.name, l)
+	}
+	goodput.Legend.Top = false
+	goodput.Legend.Left = true
+	save(throttled, filepath.Join(out, "matrix-429s.png"))
+	save(goodput, filepath.Join(out, "matrix-goodput.png"))
+
+	// Callers' successes through a drop, seed 1.
+	const name = "drop10x/10c/2x/5ms/2s"
+	for _, r := range rep.Results {
+		if r.Workload.Name != name {
+			continue
+		}
+		p := plot.New()
+		p.Title.Text = "Successes callers saw, per second: " + name + " (seed 1)"
+		p.X.Label.Text = "time (s)"
+		p.Y.Label.Text = "successes per second"
+		offered := 0.0
+		for _, x := range r.Workload.Rates {
+			offered += x
+		}
+		var capacity plotter.XYs
+		secs := int(r.Workload.Duration / 1e9)
+		for s := range secs {
+			c := 0.0
+			for _, st := range r.Workload.Capacity {
+				if st.At/1e9 <= float64(s) {
+					c = st.Rate
+				}
+			}
+			capacity = append(capacity, plotter.XY{X: float64(s + 1), Y: min(c, offered)})
+		}
+		for i, peer := range peers {
+			for _, run := range r.Runs {
+				if run.Peer != peer || run.Seed != 1 || run.Series == nil {
+					continue
+				}
+				var xy plotter.XYs
+				for s, n := range run.Series.CallerOK {
+					xy = append(xy, plotter.XY{X: float64(s + 1), Y: float64(n)})
+				}
+				l, err := plotter.NewLine(xy)
+				if err != nil {
+					log.Fatal(err)
+				}
+				l.Color, l.Dashes = plotutil.Color(i), plotutil.Dashes(i)
+				p.Add(l)
+				p.Legend.Add(peer, l)
+			}
+		}
+		l, err := plotter.NewLine(capacity)
+		if err != nil {
+			log.Fatal(err)
+		}
+		l.Color, l.Dashes = plotutil.Color(len(peers)), plotutil.Dashes(len(peers))
+		p.Add(l)
+		p.Legend.Add("min(capacity, offered)", l)
+		p.Y.Min = 0
+		save(p, filepath.Join(out, "matrix-drop10x.png")) // the legend bottom right, clear of the lines
 	}
 }
 

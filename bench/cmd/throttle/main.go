@@ -3,13 +3,16 @@
 // through), and clients that want five times that capacity. It runs no
 // limiter, the AWS SDK for Go v2's adaptive retry mode (a real STS client),
 // failsafe-go's adaptive throttler and this library's RateLimiter one after
-// the other, each against a loopback server of its own, in real time:
+// the other, each against a loopback server of its own, in real time, or
+// with -fake in fake time (testing/synctest), called in memory:
 //
 //	cd bench && go run ./cmd/throttle          # a table
 //	cd bench && go run ./cmd/throttle -json    # one JSON object
+//	cd bench && go run ./cmd/throttle -fake -json > ../docs/throttling-fake.json
 //	cd bench && go run ./cmd/throttle -in ../docs/throttling.json  # its table
 //
-// The same comparison runs in fake time in bench's TestThrottlingGoals. See
+// bench's TestThrottlingGoals runs this library's limiter in fake time
+// against the other implementations' runs saved with -fake. See
 // docs/throttling.md.
 package main
 
@@ -18,12 +21,14 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"testing"
 
 	"github.com/herdproof/retryhttp/bench"
 )
 
 func main() {
 	asJSON := flag.Bool("json", false, "print one JSON object")
+	fake := flag.Bool("fake", false, "run in fake time, in memory, instead of over loopback")
 	cfg := bench.DefaultThrottleConfig
 	flag.Float64Var(&cfg.Capacity, "capacity", cfg.Capacity, "the server's requests per second (halved half-way)")
 	flag.IntVar(&cfg.Clients, "clients", cfg.Clients, "clients")
@@ -32,6 +37,7 @@ func main() {
 	flag.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the clients' request times")
 	flag.DurationVar(&cfg.Recovery, "recovery", 0, "the retryhttp limiter's Recovery (0: its default)")
 	in := flag.String("in", "", "print the table of a JSON result saved earlier instead of running")
+	testing.Init()
 	flag.Parse()
 
 	if *in != "" {
@@ -47,14 +53,29 @@ func main() {
 		fmt.Print(bench.ThrottleTable(saved.Runs))
 		return
 	}
-	runs := bench.ThrottleLoopback(cfg)
-	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(map[string]any{"capacity": cfg.Capacity, "runs": runs})
+	print := func(runs []bench.ThrottleRun, clock string) {
+		if *asJSON {
+			enc := json.NewEncoder(os.Stdout)
+			enc.SetIndent("", "  ")
+			enc.Encode(map[string]any{"capacity": cfg.Capacity, "clock": clock, "runs": runs})
+			return
+		}
+		fmt.Printf("%d clients x %g requests/s against a capacity of %g/s (%g/s after %v), %v, %s\n\n",
+			cfg.Clients, cfg.PerClient, cfg.Capacity, cfg.Capacity/2, cfg.Duration/2, cfg.Duration, clock)
+		fmt.Print(bench.ThrottleTable(runs))
+	}
+	if *fake {
+		// A bubble needs a *testing.T: the run is the one test of a
+		// testing.Main, whose own verdict goes to stderr.
+		out := os.Stdout
+		os.Stdout = os.Stderr
+		testing.Main(func(string, string) (bool, error) { return true, nil },
+			[]testing.InternalTest{{Name: "Throttle", F: func(t *testing.T) {
+				os.Stdout = out
+				print(bench.ThrottleInMemory(t, cfg), "fake")
+				os.Stdout = os.Stderr
+			}}}, nil, nil)
 		return
 	}
-	fmt.Printf("%d clients x %g requests/s against a capacity of %g/s (%g/s after %v), %v, loopback\n\n",
-		cfg.Clients, cfg.PerClient, cfg.Capacity, cfg.Capacity/2, cfg.Duration/2, cfg.Duration)
-	fmt.Print(bench.ThrottleTable(runs))
+	print(bench.ThrottleLoopback(cfg), "loopback")
 }
