@@ -95,7 +95,7 @@ func (c *call) start(t *Transport, req *http.Request) error {
 		c.dest = t.PerHost.get(req.URL)
 		c.lim = c.dest.limiter
 	}
-	c.observing = t.hooked || c.report != nil
+	c.observing = t.OnAttempt != nil || t.Logger != nil || c.report != nil
 	if timeout > 0 {
 		c.ctx, c.cancel = context.WithTimeout(c.ctx, timeout)
 		c.out = req.WithContext(c.ctx)
@@ -110,11 +110,12 @@ func (c *call) start(t *Transport, req *http.Request) error {
 			c.safe = true
 		}
 	}
-	if t.hedging != nil && c.max > 1 && p.hedgeable(req, c.safe) && (c.ov == nil || !c.ov.NoHedging) {
+	if (p.HedgeDelay > 0 || p.hedgeQuantile() > 0) && c.max > 1 && p.hedgeable(req, c.safe) && (c.ov == nil || !c.ov.NoHedging) {
 		c.hedged = true
-		c.hs = t.hedging
 		if c.dest != nil {
 			c.hs = c.dest.hedging()
+		} else {
+			c.hs = t.hedging()
 		}
 		c.hs.quota.deposit(p.hedgeRatio()) // each request that may be hedged adds its share
 	}

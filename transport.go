@@ -27,6 +27,7 @@ import (
 	"net/http"
 	"reflect"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-cleanhttp"
 )
@@ -105,9 +106,8 @@ type Transport struct {
 
 	once        sync.Once
 	defaultBase http.RoundTripper
-	inUse       RetryBudget // Budget, or a private bucket
-	hedging     *hedging    // when the Policy hedges
-	hooked      bool        // OnAttempt or Logger is set
+	inUse       RetryBudget             // Budget, or a private bucket
+	hedges      atomic.Pointer[hedging] // made by the first request that may be hedged
 	keys        keySource
 }
 
@@ -121,10 +121,16 @@ func (t *Transport) init() {
 	if t.Budget == nil || isNilPointer(t.Budget) {
 		t.inUse = NewBudget(DefaultBudgetTokens)
 	}
-	if t.Policy.HedgeDelay > 0 || t.Policy.hedgeQuantile() > 0 {
-		t.hedging = new(hedging)
+}
+
+// hedging returns the hedging state the Transport's requests share, made on
+// first use so that a Transport that never hedges holds none.
+func (t *Transport) hedging() *hedging {
+	if hs := t.hedges.Load(); hs != nil {
+		return hs
 	}
-	t.hooked = t.OnAttempt != nil || t.Logger != nil
+	t.hedges.CompareAndSwap(nil, new(hedging))
+	return t.hedges.Load()
 }
 
 // isNilPointer reports whether b is a nil pointer in a non-nil interface, as

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"reflect"
 	"strings"
@@ -546,5 +547,42 @@ func TestBrokenBaseNeitherResponseNorError(t *testing.T) {
 	resp, err := tr.RoundTrip(newReq(t, "GET", ""))
 	if resp != nil || !errors.Is(err, errNoResponse) {
 		t.Errorf("got (%v, %v); want (nil, an error wrapping errNoResponse)", resp, err)
+	}
+}
+
+func TestFieldsSetAfterAnEarlyMethodCall(t *testing.T) {
+	// BudgetInUse and CloseIdleConnections may be called before the hooks
+	// and the Policy are set (otelretry's Instrument reads the budget and
+	// then sets OnAttempt): the requests still see what is set when they
+	// are made.
+	early := map[string]func(*Transport){
+		"BudgetInUse":          func(tr *Transport) { tr.BudgetInUse() },
+		"CloseIdleConnections": func(tr *Transport) { tr.CloseIdleConnections() },
+	}
+	for name, call := range early {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				slow := rht.Status(200).WithDelay(100 * time.Millisecond).WithBody("slow")
+				base := rht.NewTransport(rht.Status(503), slow, rht.Status(200).WithBody("fast"))
+				tr := &Transport{Base: base}
+				call(tr)
+				var hooks []Attempt
+				var logged strings.Builder
+				tr.OnAttempt = func(a Attempt) { hooks = append(hooks, a) }
+				tr.Logger = slog.New(slog.NewTextHandler(&logged, nil))
+				tr.Policy = Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1}
+				_, body, err := roundTrip(t, tr, newReq(t, "GET", ""))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if body != "fast" || len(hooks) != 2 || hooks[1].Hedges != 1 || !hooks[1].HedgeWon {
+					t.Errorf("got body %q and hooks %+v; want the hedge's body and two hook calls, the second reporting a hedge that won", body, hooks)
+				}
+				if got := strings.Count(logged.String(), "\n"); got != 2 {
+					t.Errorf("got %d log lines; want 2 (the retry and the attempt after it)", got)
+				}
+				synctest.Wait()
+			})
+		})
 	}
 }
