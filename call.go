@@ -165,9 +165,41 @@ func (c *call) send() {
 	}
 	c.unsent = false // the base closes the body from here on
 	c.sent = c.paid.Payer != nil
+	if c.hedged {
+		c.sendHedgeable()
+	} else {
+		c.sendOne()
+	}
+	c.n = o.number + int(o.hedges.sent) // hedges are attempts too
+	if o.number == 1 {
+		c.budget().Deposit(o.class == Success) // before a retry is weighed
+	}
+}
+
+// sendHedgeable makes an attempt of a request that may be hedged: hedged
+// when a hedge delay is known and MaxAttempts leaves room for a hedge, else
+// alone, its latency measured all the same for HedgeQuantile.
+func (c *call) sendHedgeable() {
+	var delay time.Duration
+	if c.o.number < c.max {
+		delay = c.hedgeDelay()
+	}
+	if delay > 0 {
+		c.sendHedged(delay)
+		return
+	}
+	q := c.t.Policy.hedgeQuantile()
+	start := time.Now()
+	c.sendOne()
+	if q > 0 && c.ctx.Err() == nil {
+		c.hs.lat.record(time.Since(start), q)
+	}
+}
+
+// sendOne makes an attempt that is not hedged.
+func (c *call) sendOne() {
+	o, p := &c.o, &c.t.Policy
 	switch {
-	case c.hedged:
-		c.sendHedged()
 	case c.attemptTimeout() > 0:
 		c.sendTimed()
 	case c.permit.l != nil:
@@ -185,10 +217,6 @@ func (c *call) send() {
 		} else {
 			o.class = p.classify(o.resp, o.err)
 		}
-	}
-	c.n = o.number + int(o.hedges.sent) // hedges are attempts too
-	if o.number == 1 {
-		c.budget().Deposit(o.class == Success) // before a retry is weighed
 	}
 }
 

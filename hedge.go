@@ -183,7 +183,7 @@ func (hc *hedgeCopy) giveBack() {
 func (r *race) abandon() { r.end(-1) }
 
 // sendHedged makes one attempt as up to maxCopies copies: the first at once,
-// then a hedge each time the hedge delay passes with no acceptable answer
+// then a hedge each time delay passes with no acceptable answer
 // (MaxHedges at most), when the hedge share holds one and the Limiter has a
 // permit due; when either has none, it is asked again after another delay.
 // The first answer that is not a retryable failure wins; if every copy
@@ -197,7 +197,7 @@ func (r *race) abandon() { r.end(-1) }
 // Report of its own, of which only the winner's is kept: copies run on
 // goroutines of their own, and a Transport inside the base must not write
 // into the caller's Report from them.
-func (c *call) sendHedged() {
+func (c *call) sendHedged(delay time.Duration) {
 	o, p := &c.o, &c.t.Policy
 	o.hedges = hedgeStats{}
 	maxCopies := min(c.max-o.number+1, p.maxHedges()+1)
@@ -213,16 +213,9 @@ func (c *call) sendHedged() {
 	r.launch(base, o.sent, hedgeCopy{permit: c.take(), report: c.copyReport()}, lat, q)
 	// The timer runs while a hedge may still come: once no copy or hedge
 	// is left, it stays quiet.
-	var (
-		timer *time.Timer
-		due   <-chan time.Time
-	)
-	delay := c.hedgeDelay()
-	if delay > 0 && maxCopies > 1 {
-		timer = time.NewTimer(delay)
-		defer timer.Stop()
-		due = timer.C
-	}
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	due := timer.C
 
 	winner, inflight := -1, 1
 	for winner < 0 && inflight > 0 {

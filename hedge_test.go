@@ -416,3 +416,67 @@ func TestReportUnderHedgingOnBothLevels(t *testing.T) {
 		time.Sleep(2 * time.Hour)
 	})
 }
+
+func TestAttemptTimeoutWhereNoHedgeCanCome(t *testing.T) {
+	// AttemptTimeout gives way to the hedge delay only on an attempt that
+	// may be hedged. The last attempt MaxAttempts allows, and an attempt
+	// made before HedgeQuantile has a delay, are cut off by it.
+	tests := []struct {
+		name   string
+		steps  []rht.Step
+		policy Policy
+		want   error // nil: a 200
+		took   time.Duration
+	}{
+		{"HedgeQuantile before its first estimate", []rht.Step{rht.Hang().Times(1), rht.Status(200)},
+			Policy{HedgeQuantile: 0.95}, nil, time.Second},
+		{"the last attempt, with HedgeDelay", []rht.Step{rht.Status(503).Times(1), rht.Hang()},
+			Policy{MaxAttempts: 2, HedgeDelay: 10 * time.Millisecond}, ErrAttemptTimeout, time.Second},
+		{"the last attempt, with HedgeQuantile", []rht.Step{rht.Status(503).Times(1), rht.Hang()},
+			Policy{MaxAttempts: 2, HedgeQuantile: 0.95}, ErrAttemptTimeout, time.Second},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := tc.policy
+				p.AttemptTimeout, p.HedgeRatio, p.Rand = time.Second, 1, lowRand
+				tr := &Transport{Base: rht.NewTransport(tc.steps...), Policy: p}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				req, _ := http.NewRequestWithContext(ctx, "GET", "http://a.test/", nil)
+				start := time.Now()
+				resp, err := tr.RoundTrip(req)
+				took := time.Since(start)
+				if err == nil {
+					resp.Body.Close()
+				}
+				if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) || took != tc.took {
+					t.Errorf("got %v after %v; want %v after %v", err, took, tc.want, tc.took)
+				}
+			})
+		})
+	}
+}
+
+func TestHangingDependencyGetsAHedgeDelay(t *testing.T) {
+	// Attempts ended by AttemptTimeout count toward HedgeQuantile's
+	// estimate as that long: after twenty, a dependency that hangs gets a
+	// delay, and its attempts are hedged.
+	synctest.Test(t, func(t *testing.T) {
+		var last Attempt
+		tr := &Transport{Base: rht.NewTransport(rht.Hang()), OnAttempt: func(a Attempt) { last = a },
+			Policy: Policy{MaxAttempts: 2, AttemptTimeout: time.Second, HedgeQuantile: 0.5, HedgeRatio: 1, Rand: lowRand}}
+		for i := range 11 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			req, _ := http.NewRequestWithContext(ctx, "GET", "http://a.test/", nil)
+			if _, err := tr.RoundTrip(req); err == nil {
+				t.Fatalf("request %d: got no error; want one", i+1)
+			}
+			cancel()
+			if want := map[bool]int{true: 1}[i == 10]; last.Hedges != want {
+				t.Errorf("request %d: got %d hedges; want %d", i+1, last.Hedges, want)
+			}
+		}
+		synctest.Wait()
+	})
+}

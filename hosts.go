@@ -3,6 +3,7 @@ package retryhttp
 import (
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -167,7 +168,8 @@ func (ph *PerHost) get(u *url.URL) *host {
 }
 
 // getLocked looks the spelling k up under mu, then its destination, and
-// adds either when it is new.
+// adds either when it is new, making room first: every spelling counts
+// against MaxHosts.
 func (ph *PerHost) getLocked(k hostKey) *host {
 	ph.mu.Lock()
 	defer ph.mu.Unlock()
@@ -178,6 +180,11 @@ func (ph *PerHost) getLocked(k hostKey) *host {
 	h := ph.dirty[k]
 	if h == nil {
 		canon := k.canonical()
+		need := 1
+		if k != canon {
+			need = 2 // at most: the destination may be known
+		}
+		ph.makeRoom(need)
 		if h = ph.read.Load().lookup(canon); h == nil {
 			h = ph.dirty[canon]
 		}
@@ -186,7 +193,7 @@ func (ph *PerHost) getLocked(k hostKey) *host {
 		} else {
 			h.used.Store(true)
 		}
-		if k != canon {
+		if k != canon && ph.n < ph.maxHosts() { // else looked up under mu each time
 			ph.alias(k, h)
 		}
 	} else {
@@ -196,6 +203,15 @@ func (ph *PerHost) getLocked(k hostKey) *host {
 		ph.publish()
 	}
 	return h
+}
+
+// makeRoom sweeps before need keys are added, when they would go past
+// MaxHosts or the last sweep is half an IdleTimeout old. Must hold mu.
+func (ph *PerHost) makeRoom(need int) {
+	now := time.Now()
+	if ph.n+need > ph.maxHosts() || now.Sub(ph.swept) >= ph.idleTimeout()/2 {
+		ph.sweep(now, need)
+	}
 }
 
 // publish makes new read maps of the read ones and dirty. Must hold mu.
@@ -210,11 +226,19 @@ func (ph *PerHost) publish() {
 }
 
 // canonical returns the key of k's destination: scheme and host in lower
-// case, the default port left out.
+// case, the port as a number, left out when it is the scheme's default or
+// empty (net/http dials "a.test:" and "a.test:080" as "a.test:80").
 func (k hostKey) canonical() hostKey {
 	scheme, h := strings.ToLower(k.scheme), strings.ToLower(k.host)
-	if port := defaultPort(scheme); port != "" && strings.HasSuffix(h, port) {
-		h = h[:len(h)-len(port)]
+	if i := strings.LastIndexByte(h, ':'); i > strings.LastIndexByte(h, ']') { // a port
+		name, port := h[:i], h[i+1:]
+		if n, err := strconv.ParseUint(port, 10, 16); err == nil {
+			port = strconv.FormatUint(n, 10)
+		}
+		h = name
+		if port != "" && ":"+port != defaultPort(scheme) {
+			h = name + ":" + port
+		}
 	}
 	return hostKey{scheme, h}
 }
@@ -237,15 +261,10 @@ func (k hostKey) dest() string {
 	return k.scheme + "://" + k.host
 }
 
-// add makes the state of a new destination, forgetting idle ones first.
-// Must hold mu.
+// add makes the state of a new destination. Must hold mu.
 func (ph *PerHost) add(k hostKey) *host {
-	now := time.Now()
-	if ph.n >= ph.maxHosts() || now.Sub(ph.swept) >= ph.idleTimeout()/2 {
-		ph.sweep(now)
-	}
 	dest := k.dest()
-	h := &host{idle: now} // idle since now, unless used again
+	h := &host{idle: time.Now()} // idle since now, unless used again
 	if ph.Budget != nil {
 		h.budget = ph.Budget(dest)
 	}
@@ -268,11 +287,12 @@ func (ph *PerHost) alias(k hostKey, h *host) {
 	ph.n++
 }
 
-// sweep forgets the destinations idle for IdleTimeout and, when MaxHosts
-// keys are tracked, the ones idle longest, down to seven eighths of
-// MaxHosts, so that a stream of new destinations sweeps once in a while,
-// not on each. A destination goes with all its spellings. Must hold mu.
-func (ph *PerHost) sweep(now time.Time) {
+// sweep forgets the destinations idle for IdleTimeout and, when need more
+// keys would go past MaxHosts, the ones idle longest, down to seven eighths
+// of MaxHosts less need, so that a stream of new destinations sweeps once
+// in a while, not on each. A destination goes with all its spellings. Must
+// hold mu.
+func (ph *PerHost) sweep(now time.Time, need int) {
 	ph.swept = now
 	keys := make(map[*host][]hostKey, ph.n)
 	add := func(k hostKey, h *host) { keys[h] = append(keys[h], k) }
@@ -294,9 +314,9 @@ func (ph *PerHost) sweep(now time.Time) {
 			idle = append(idle, h)
 		}
 	}
-	if max := ph.maxHosts(); n >= max {
+	if max := ph.maxHosts(); n+need > max {
 		// Idle longest first; then, if every one was used, any.
-		target := max - max/8 - 1
+		target := max - max/8 - need
 		slices.SortFunc(idle, func(a, b *host) int { return a.idle.Compare(b.idle) })
 		for _, h := range idle {
 			if n <= target {

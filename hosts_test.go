@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -130,7 +132,10 @@ func TestPerHostDestinations(t *testing.T) {
 		"http://a.test/x", "http://a.test:80/y", "http://A.TEST/z",
 		"https://a.test/", "https://a.test:443/",
 		"http://a.test:8080/",
-		"http://[::1]/", "http://[::1]:80/", "http://[::1]:8080/",
+		// An empty port is the default and a port is a number, as
+		// net/http dials them.
+		"http://a.test:/", "http://a.test:080/", "https://a.test:/", "http://a.test:08080/",
+		"http://[::1]/", "http://[::1]:80/", "http://[::1]:8080/", "http://[::1]:/",
 	} {
 		pu, _ := url.Parse(u)
 		ph.get(pu)
@@ -147,6 +152,60 @@ func TestPerHostDestinations(t *testing.T) {
 	}
 	if _, _, ok := ph.Lookup("http://b.test/"); ok {
 		t.Error("Lookup: found b.test, never sent to; want nothing")
+	}
+}
+
+// keys reports how many spellings ph tracks, and checks that its count
+// agrees.
+func (ph *PerHost) keys(t *testing.T) int {
+	t.Helper()
+	ph.mu.Lock()
+	defer ph.mu.Unlock()
+	n := len(ph.dirty)
+	ph.read.Load().each(func(hostKey, *host) { n++ })
+	if n != ph.n {
+		t.Errorf("got %d keys in the maps; the count says %d", n, ph.n)
+	}
+	return n
+}
+
+func TestPerHostSpellingsAreBounded(t *testing.T) {
+	// Every spelling of a destination is a key, and counts against
+	// MaxHosts: a stream of new spellings of one host (its case, its port
+	// with leading zeros: a URL a caller does not control) never tracks
+	// more than MaxHosts keys.
+	tests := []struct {
+		name     string
+		maxHosts int
+		urls     func(i int) string
+	}{
+		{"the case of one host", 8, func(i int) string {
+			b := []byte("abcdefghijkl.test")
+			for j := range 10 {
+				if i&(1<<j) != 0 {
+					b[j] -= 'a' - 'A'
+				}
+			}
+			return "http://" + string(b) + "/"
+		}},
+		{"leading zeros of a port", 8, func(i int) string { return "http://a.test:" + strings.Repeat("0", i) + "8080/" }},
+		{"new destinations, each first seen under another spelling", 2, func(i int) string { return fmt.Sprintf("http://H%d.test/", i) }},
+		{"MaxHosts 1", 1, func(i int) string { return fmt.Sprintf("http://H%d.test:80/", i%3) }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ph := &PerHost{MaxHosts: tc.maxHosts}
+			for i := range 1000 {
+				u, err := url.Parse(tc.urls(i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ph.get(u)
+				if got := ph.keys(t); got > tc.maxHosts {
+					t.Fatalf("after %d requests: got %d keys tracked; want at most MaxHosts=%d", i+1, got, tc.maxHosts)
+				}
+			}
+		})
 	}
 }
 
@@ -251,4 +310,98 @@ func TestPerHostHedgeDelays(t *testing.T) {
 		}
 		time.Sleep(time.Second) // the slow first copies, canceled, let go
 	})
+}
+
+func TestBudgetInUseWithPerHost(t *testing.T) {
+	// With PerHost, the Transport's own budget pays for nothing:
+	// BudgetInUse says so, and the destination's budget is the one spent.
+	synctest.Test(t, func(t *testing.T) {
+		ph := &PerHost{}
+		tr := &Transport{Base: rht.NewTransport(rht.Status(503)), PerHost: ph, Policy: Policy{Rand: lowRand}}
+		if b := tr.BudgetInUse(); b != nil {
+			t.Errorf("BudgetInUse: got %v; want nil", b)
+		}
+		req, _ := http.NewRequest("GET", "http://a.test/", nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		b, _, _ := ph.Lookup("http://a.test/")
+		if got, want := b.Available(), DefaultBudgetTokens-2*RetryCost; got != want {
+			t.Errorf("the destination's budget: got %d tokens; want %d (two retries paid)", got, want)
+		}
+	})
+}
+
+func TestPerHostChurn(t *testing.T) {
+	// Sixteen goroutines over forty destinations (in several spellings,
+	// some rate limited, some failing, all hedged) while sweeps run all
+	// the time (IdleTimeout 1ms, MaxHosts 16): every request answers, and
+	// the keys tracked agree with the count and stay within MaxHosts.
+	shared := NewBudget(1 << 20)
+	for _, tc := range []struct {
+		name   string
+		budget func(string) RetryBudget
+	}{
+		{"nil func", nil},
+		{"returns nil", func(string) RetryBudget { return nil }},
+		{"returns a nil *Budget", func(string) RetryBudget { var b *Budget; return b }},
+		{"the same for all", func(string) RetryBudget { return shared }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lim := &RateLimiter{}
+			ph := &PerHost{MaxHosts: 16, IdleTimeout: time.Millisecond, Budget: tc.budget,
+				Limiter: func(d string) *RateLimiter {
+					if strings.Contains(d, "h1") {
+						return lim
+					}
+					return nil
+				}}
+			base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+				code := 200
+				if strings.HasPrefix(r.URL.Host, "h3") {
+					code = 503
+				}
+				return &http.Response{StatusCode: code, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+			})
+			tr := &Transport{Base: base, PerHost: ph, Policy: Policy{BaseDelay: time.Microsecond, HedgeDelay: time.Millisecond, HedgeRatio: 1}}
+			var checker, requests sync.WaitGroup
+			var stop atomic.Bool
+			checker.Go(func() {
+				for !stop.Load() {
+					if k := ph.keys(t); k > 16 {
+						t.Errorf("got %d keys tracked; want at most MaxHosts=16", k)
+						return
+					}
+				}
+			})
+			for g := range 16 {
+				requests.Go(func() {
+					for i := range 300 {
+						host := fmt.Sprintf("h%d.test", (g*7+i)%40)
+						switch i % 4 {
+						case 1:
+							host = strings.ToUpper(host)
+						case 2:
+							host += ":80"
+						case 3:
+							host = "[::" + fmt.Sprint(i%5+1) + "]"
+						}
+						r, _ := http.NewRequest("GET", "http://"+host+"/", nil)
+						resp, err := tr.RoundTrip(r)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						resp.Body.Close()
+					}
+				})
+			}
+			requests.Wait()
+			stop.Store(true)
+			checker.Wait()
+			ph.keys(t)
+		})
+	}
 }

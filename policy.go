@@ -99,16 +99,19 @@ type Policy struct {
 	// again after another HedgeDelay. Each hedge counts as an attempt
 	// against MaxAttempts and is reported in Attempt.Hedges. Set it near the
 	// dependency's 95th percentile latency, or set HedgeQuantile instead.
-	// AttemptTimeout does not apply to hedged attempts. Zero means no
-	// hedging, unless HedgeQuantile is set. See docs/guide-hedging.md.
+	// AttemptTimeout does not apply to an attempt that may be hedged; it
+	// does to one that may not (the last MaxAttempts allows, or one made
+	// before HedgeQuantile has a delay). Zero means no hedging, unless
+	// HedgeQuantile is set. See docs/guide-hedging.md.
 	HedgeDelay time.Duration
 
 	// HedgeQuantile, between 0 and 1 (0.95 for the 95th percentile), turns
 	// hedging on with a delay measured rather than set: the latency within
 	// which that share of the Transport's recent attempts answered (each
 	// destination's, with PerHost), over the last five hundred to a
-	// thousand. Attempts are not hedged until twenty are measured, and the
-	// first estimates, from few attempts, err late. HedgeDelay, if set
+	// thousand. Attempts are not hedged until twenty are measured (one
+	// ended by AttemptTimeout counts as that long), and the first
+	// estimates, from few attempts, err late. HedgeDelay, if set
 	// too, is the shortest delay. Zero means the fixed HedgeDelay.
 	HedgeQuantile float64
 

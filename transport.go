@@ -141,9 +141,13 @@ func isNilPointer(b RetryBudget) bool {
 }
 
 // BudgetInUse returns the budget the Transport draws from: Budget, or the
-// private one it made.
+// private one it made. It returns nil when PerHost is set: each destination
+// then draws from its own (see PerHost.Lookup).
 func (t *Transport) BudgetInUse() RetryBudget {
 	t.once.Do(t.init)
+	if t.PerHost != nil {
+		return nil
+	}
 	return t.inUse
 }
 

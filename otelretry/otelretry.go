@@ -166,12 +166,17 @@ func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
 // Instrument makes t report to m: its OnAttempt records every attempt (and
 // then calls the hook t had, if any), and its budget and its Limiter, if it
 // has one, are observed by the budget.* and ratelimit.* instruments under
-// the given attributes (a "client" name, say). Call it before t's first use.
+// the given attributes (a "client" name, say). With PerHost set, there is a
+// budget and a Limiter per destination, and they are not observed: a gauge
+// per destination would be one time series per host called. Call it
+// before t's first use.
 func (m *Metrics) Instrument(t *retryhttp.Transport, attrs ...attribute.KeyValue) {
 	m.mu.Lock()
-	m.budgets[t.BudgetInUse()] = attribute.NewSet(attrs...)
-	if t.Limiter != nil {
-		m.limiters[t.Limiter] = attribute.NewSet(attrs...)
+	if t.PerHost == nil {
+		m.budgets[t.BudgetInUse()] = attribute.NewSet(attrs...)
+		if t.Limiter != nil {
+			m.limiters[t.Limiter] = attribute.NewSet(attrs...)
+		}
 	}
 	m.mu.Unlock()
 	t.OnAttempt = m.Hook(t.OnAttempt)

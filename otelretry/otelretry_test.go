@@ -357,3 +357,28 @@ func attributeKeys(md metricdata.Metrics) [][]string {
 	}
 	return out
 }
+
+func TestPerHostStateNotObserved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, reader := newMetrics(t)
+		tr := &retryhttp.Transport{Base: rht.NewTransport(rht.Status(503), rht.Status(200)), PerHost: &retryhttp.PerHost{
+			Limiter: func(string) *retryhttp.RateLimiter { return &retryhttp.RateLimiter{} },
+		}}
+		m.Instrument(tr, attribute.String("client", "webhooks"))
+		req, _ := http.NewRequest("GET", "http://hooks.test/", nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		got := collect(t, reader)
+		for _, name := range []string{"retryhttp.budget.tokens", "retryhttp.ratelimit.rate"} {
+			if g, ok := got[name]; ok && g.Data != nil {
+				t.Errorf("%s: got %+v; want no data (per-destination state is not observed)", name, g.Data)
+			}
+		}
+		if v := sum(t, got["retryhttp.attempts"]); v != 2 {
+			t.Errorf("retryhttp.attempts: got %d; want 2", v)
+		}
+	})
+}
