@@ -292,3 +292,41 @@ func TestNoLeakWithLimiter(t *testing.T) {
 		t.Errorf("got %d sent, %d rate limited, %d canceled; want some sent, some limited, 3 canceled", sent, limited, canceled)
 	}
 }
+
+func TestNoLeakWithPerHost(t *testing.T) {
+	// Three destinations over real sockets (one down, one throttling, one
+	// slow now and then, hedged), each with a budget and a limiter of its
+	// own, MaxHosts 2 so that destinations are forgotten and made again
+	// while requests run: nothing outlives its request.
+	down := rht.NewServer(t, rht.Status(503))
+	throttling := rht.NewServer(t, rht.Status(429))
+	slow := rht.NewServer(t, rht.Status(200).WithDelay(30*time.Millisecond).Times(1), rht.Status(200).Times(3))
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent()) // the servers' own goroutines are not leaks
+	tr := &retryhttp.Transport{
+		PerHost: &retryhttp.PerHost{MaxHosts: 2, IdleTimeout: time.Millisecond,
+			Limiter: func(string) *retryhttp.RateLimiter { return &retryhttp.RateLimiter{} }},
+		Policy: retryhttp.Policy{BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond,
+			HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1},
+	}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	var wg sync.WaitGroup
+	for g := range 12 {
+		wg.Go(func() {
+			for i := range 10 {
+				url := []string{down.URL, throttling.URL, slow.URL}[(g+i)%3]
+				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+				resp, err := get(t, ctx, client, url)
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	if n := tr.PerHost.Len(); n > 2 {
+		t.Errorf("got %d destinations tracked; want at most MaxHosts=2", n)
+	}
+}
