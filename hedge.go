@@ -83,6 +83,16 @@ type race struct {
 	buf     [2]hedgeCopy
 	next    hedgeCopy // a hedge being prepared: its permit and its share
 	pol     *Policy   // for the delay a late 429 asks the Limiter for
+
+	// For an automatic delay, the first copy's latency is measured: up to
+	// its answer, or, when a hedge won, up to the end of the race (it took
+	// at least that long). Counting the hedges that win and not the
+	// copies they beat would pull the delay below the quantile.
+	lat      *latency // nil when not measured
+	q        float64
+	start    time.Time
+	ctx      context.Context // the request's: a copy the caller canceled is not measured
+	answered bool            // the first copy's answer came in the race; under mu
 }
 
 // A hedgeCopy is what one copy holds: its context's cancel, its send permit,
@@ -103,10 +113,10 @@ type copyAnswer struct {
 
 // launch sends req as the next copy on a goroutine of its own. An answer
 // that comes once the race is over is discarded by the copy itself; a 429
-// in it still reaches the limiter. When lat is not nil, the copy's latency
-// is counted in it, unless the copy was canceled first.
-func (r *race) launch(base http.RoundTripper, req *http.Request, hc hedgeCopy, lat *latency, q float64) {
-	ctx, cancel := context.WithCancel(req.Context())
+// in it still reaches the limiter.
+func (r *race) launch(base http.RoundTripper, req *http.Request, hc hedgeCopy) {
+	parent := req.Context()
+	ctx, cancel := context.WithCancel(parent)
 	if hc.report != nil {
 		ctx = WithReport(ctx, hc.report)
 	}
@@ -119,11 +129,12 @@ func (r *race) launch(base http.RoundTripper, req *http.Request, hc hedgeCopy, l
 	go func() {
 		start := time.Now()
 		resp, err := roundTripOnce(base, req)
-		if lat != nil && ctx.Err() == nil {
-			lat.record(time.Since(start), q)
-		}
 		r.mu.Lock()
 		if !r.over {
+			if i == 0 && r.lat != nil && parent.Err() == nil {
+				r.lat.record(time.Since(start), r.q)
+				r.answered = true
+			}
 			r.answers <- copyAnswer{i, resp, err}
 			r.mu.Unlock()
 			return
@@ -153,7 +164,11 @@ func lateAnswer(pol *Policy, resp *http.Response, err error, hc hedgeCopy) {
 func (r *race) end(winner int) {
 	r.mu.Lock()
 	r.over = true
+	beaten := r.lat != nil && !r.answered && winner > 0 && r.ctx.Err() == nil
 	r.mu.Unlock()
+	if beaten {
+		r.lat.record(time.Since(r.start), r.q)
+	}
 	for i := range r.copies {
 		if i != winner {
 			r.copies[i].cancel()
@@ -205,12 +220,10 @@ func (c *call) sendHedged(delay time.Duration) {
 	r.copies = r.buf[:0]
 	c.race = r
 	base := c.t.base()
-	var lat *latency // latencies are measured for an automatic delay
-	q := p.hedgeQuantile()
-	if q > 0 {
-		lat = &c.hs.lat
+	if r.q = p.hedgeQuantile(); r.q > 0 {
+		r.lat, r.start, r.ctx = &c.hs.lat, time.Now(), o.sent.Context()
 	}
-	r.launch(base, o.sent, hedgeCopy{permit: c.take(), report: c.copyReport()}, lat, q)
+	r.launch(base, o.sent, hedgeCopy{permit: c.take(), report: c.copyReport()})
 	// The timer runs while a hedge may still come: once no copy or hedge
 	// is left, it stays quiet.
 	timer := time.NewTimer(delay)
@@ -241,7 +254,7 @@ func (c *call) sendHedged(delay time.Duration) {
 			if ok {
 				hc := r.next
 				r.next = hedgeCopy{}
-				r.launch(base, req, hc, lat, q)
+				r.launch(base, req, hc)
 				o.hedges.sent++
 				inflight++
 			} else {

@@ -139,3 +139,37 @@ func TestHedgeQuantileDelay(t *testing.T) {
 		}
 	})
 }
+
+func TestHedgeWinsDoNotPullTheDelayDown(t *testing.T) {
+	// HedgeQuantile 0.5. Twenty 10ms answers set the delay at the top of
+	// their bucket, d. Then thirty requests whose first copy would take a
+	// second and whose hedge answers in 1ms: each hedge wins at d+1ms, and
+	// the copy it beat counts as d+1ms (it took at least that long), not
+	// the hedge's 1ms. At fifty samples the median is d+1ms's bucket, and
+	// the next hedge goes out then.
+	synctest.Test(t, func(t *testing.T) {
+		slow, fast := rht.Status(200).WithDelay(time.Second), rht.Status(200).WithDelay(time.Millisecond)
+		steps := []rht.Step{rht.Status(200).WithDelay(10 * time.Millisecond).Times(20)}
+		for range 31 {
+			steps = append(steps, slow.Times(1), fast.Times(1))
+		}
+		tr := &Transport{Base: rht.NewTransport(steps...), Policy: Policy{HedgeQuantile: 0.5, HedgeRatio: 1}}
+		d := top(bucket(10 * time.Millisecond))
+		for i := range 51 {
+			start := time.Now()
+			roundTrip(t, tr, newReq(t, "GET", ""))
+			took := time.Since(start)
+			synctest.Wait() // the beaten copies are drained
+			want := 10 * time.Millisecond
+			switch {
+			case i == 50:
+				want = top(bucket(d+time.Millisecond)) + time.Millisecond
+			case i >= 20:
+				want = d + time.Millisecond
+			}
+			if took != want {
+				t.Fatalf("request %d: took %v; want %v", i+1, took, want)
+			}
+		}
+	})
+}

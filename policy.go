@@ -110,8 +110,9 @@ type Policy struct {
 	// which that share of the Transport's recent attempts answered (each
 	// destination's, with PerHost), over the last five hundred to a
 	// thousand. Attempts are not hedged until twenty are measured (one
-	// ended by AttemptTimeout counts as that long), and the first
-	// estimates, from few attempts, err late. HedgeDelay, if set
+	// ended by AttemptTimeout, or beaten by its hedge, counts as the time
+	// it ran: at least that long), and the first estimates, from few
+	// attempts, err late. HedgeDelay, if set
 	// too, is the shortest delay. Zero means the fixed HedgeDelay.
 	HedgeQuantile float64
 
