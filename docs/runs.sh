@@ -4,7 +4,7 @@
 # against these files by docs/check (see docs/check/doc.go): after a run,
 # `cd docs/check && go test .` lists every figure that changed.
 #
-#   docs/runs.sh             # all of them (about ten minutes on 2 cores)
+#   docs/runs.sh             # all of them (about twenty minutes on 2 cores)
 #   docs/runs.sh herd-model  # one (the names below)
 #
 # docs/benchmarks.md and docs/throttling.json are made by bench/run.sh and
@@ -47,6 +47,9 @@ run webhooks.json go run ./examples/webhooks -json
 
 # Hedging (docs/guide-hedging.md), over loopback.
 run hedging.json sh -c 'cd bench && go run ./cmd/hedge -json'
+# ...and on workloads the hedging matrix does not use (docs/hedging-heldout.md;
+# about eight minutes).
+run hedging-heldout.json sh -c 'cd bench && go run ./cmd/hedgecheck -workload all -seeds 3 -json'
 
 # Throttling (docs/throttling.md): the Recovery trade-off, over loopback
 # (the default, 12 s, is docs/throttling.json).
