@@ -184,6 +184,7 @@ func (c *call) sendHedgeable() {
 	if c.o.number < c.max {
 		delay = c.hedgeDelay()
 	}
+	c.o.hedges = hedgeStats{} // the last attempt's, if it was hedged
 	if delay > 0 {
 		c.sendHedged(delay)
 		return

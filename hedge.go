@@ -17,8 +17,8 @@ import (
 // from the retry budget: a hedge that loses would spend tokens meant for
 // failures, and a budget short of them refuses hedges at random, the ones
 // that would cut the tail among them. A hedge the share cannot pay for now
-// is asked for again after another delay: the copies still outstanding
-// then, the slowest, get the hedges.
+// is asked for again after a quarter of the delay: the copies still
+// outstanding then, the slowest, get the hedges.
 
 // hedgeStats is what hedging did in one attempt.
 type hedgeStats struct {
@@ -200,7 +200,8 @@ func (r *race) abandon() { r.end(-1) }
 // sendHedged makes one attempt as up to maxCopies copies: the first at once,
 // then a hedge each time delay passes with no acceptable answer
 // (MaxHedges at most), when the hedge share holds one and the Limiter has a
-// permit due; when either has none, it is asked again after another delay.
+// permit due; when either has none, it is asked again after a quarter of
+// the delay.
 // The first answer that is not a retryable failure wins; if every copy
 // fails retryably, the last failure is the attempt's outcome, for the retry
 // logic to weigh. The others are canceled and discarded without being
@@ -214,7 +215,6 @@ func (r *race) abandon() { r.end(-1) }
 // into the caller's Report from them.
 func (c *call) sendHedged(delay time.Duration) {
 	o, p := &c.o, &c.t.Policy
-	o.hedges = hedgeStats{}
 	maxCopies := min(c.max-o.number+1, p.maxHedges()+1)
 	r := &race{answers: make(chan copyAnswer, maxCopies), pol: p}
 	r.copies = r.buf[:0]

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -478,5 +479,184 @@ func TestHangingDependencyGetsAHedgeDelay(t *testing.T) {
 			}
 		}
 		synctest.Wait()
+	})
+}
+
+func TestLoneLastAttemptAfterAHedgedOne(t *testing.T) {
+	// A hedged first attempt whose two copies fail, then the last attempt
+	// MaxAttempts allows, sent alone (no room for a hedge): it reports no
+	// hedges, and Error.Attempts is the 3 attempts the base saw.
+	tests := []struct {
+		name   string
+		policy Policy
+	}{
+		{"HedgeDelay", Policy{HedgeDelay: 10 * time.Millisecond}},
+		{"HedgeQuantile, a delay known", Policy{HedgeQuantile: 0.5}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := tc.policy
+				p.MaxAttempts, p.HedgeRatio, p.Rand = 3, 1, lowRand
+				slow503 := rht.Status(503).WithDelay(50 * time.Millisecond)
+				steps := []rht.Step{rht.Status(200).WithDelay(time.Millisecond).Times(20), slow503.Times(2), rht.Reset()}
+				base := rht.NewTransport(steps...)
+				var hooks []Attempt
+				tr := &Transport{Base: base, Policy: p, OnAttempt: func(a Attempt) { hooks = append(hooks, a) }}
+				for range 20 { // a delay for HedgeQuantile
+					if _, _, err := roundTrip(t, tr, newReq(t, "GET", "")); err != nil {
+						t.Fatal(err)
+					}
+				}
+				synctest.Wait()
+				hooks = nil
+				var rep Report
+				req := newReq(t, "GET", "")
+				req = req.WithContext(WithReport(req.Context(), &rep))
+				_, err := tr.RoundTrip(req)
+				var re *Error
+				if !errors.As(err, &re) {
+					t.Fatalf("got %v; want an *Error", err)
+				}
+				synctest.Wait()
+				if got := len(base.Attempts()) - 20; got != 3 {
+					t.Fatalf("the base saw %d attempts; want 3", got)
+				}
+				if re.Attempts != 3 {
+					t.Errorf("Error.Attempts: got %d; want 3 (the attempts made)", re.Attempts)
+				}
+				if len(hooks) != 2 || hooks[0].Hedges != 1 || hooks[1].Number != 3 || hooks[1].Hedges != 0 {
+					var s []string
+					for _, a := range hooks {
+						s = append(s, fmt.Sprintf("#%d hedges=%d refused=%d", a.Number, a.Hedges, a.HedgesRefused))
+					}
+					t.Errorf("OnAttempt: got %v; want [#1 hedges=1, #3 hedges=0]", s)
+				}
+				if len(rep.Attempts) == 2 && rep.Attempts[1].Hedges != 0 {
+					t.Errorf("Report: the last attempt says %d hedges; want 0", rep.Attempts[1].Hedges)
+				}
+			})
+		})
+	}
+}
+
+func TestLoneLastAttemptHasNoRefusedHedges(t *testing.T) {
+	// The first attempt's hedge is refused (a share of half a hedge) again
+	// and again; the last attempt, sent alone, reports none refused.
+	synctest.Test(t, func(t *testing.T) {
+		base := rht.NewTransport(rht.Status(503).WithDelay(50*time.Millisecond).Times(1), rht.Status(503))
+		var hooks []Attempt
+		tr := &Transport{Base: base, Policy: Policy{MaxAttempts: 2, HedgeDelay: 10 * time.Millisecond, HedgeRatio: 0.5, Rand: lowRand},
+			OnAttempt: func(a Attempt) { hooks = append(hooks, a) }}
+		roundTrip(t, tr, newReq(t, "GET", ""))
+		if len(hooks) != 2 || hooks[1].HedgesRefused != 0 {
+			t.Errorf("got %d attempts, the last with %d refused hedges; want 2, the last with 0 (it was never hedged)", len(hooks), hooks[len(hooks)-1].HedgesRefused)
+		}
+	})
+}
+
+func TestHedgingUnderConcurrency(t *testing.T) {
+	// Many goroutines, HedgeQuantile per destination, random latencies and
+	// caller cancellations, a Limiter, a Report each, under -race: every
+	// request returns a response or an error, not both, and no goroutine
+	// is left.
+	synctest.Test(t, func(t *testing.T) {
+		var seq atomic.Uint64
+		base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			n := seq.Add(1)
+			rng := rand.New(rand.NewPCG(n, 3))
+			d := time.Duration(rng.IntN(20)) * time.Millisecond
+			if rng.IntN(10) == 0 {
+				d = time.Second
+			}
+			code := 200
+			switch rng.IntN(8) {
+			case 0:
+				code = 503
+			case 1:
+				code = 429
+			}
+			if rng.IntN(3) == 0 { // ignores cancellation
+				time.Sleep(d)
+				return &http.Response{StatusCode: code, Body: http.NoBody, Request: r}, nil
+			}
+			select {
+			case <-time.After(d):
+				return &http.Response{StatusCode: code, Body: http.NoBody, Request: r}, nil
+			case <-r.Context().Done():
+				return nil, r.Context().Err()
+			}
+		})
+		tr := &Transport{Base: base, PerHost: &PerHost{MaxHosts: 3, IdleTimeout: 50 * time.Millisecond,
+			Limiter: func(string) *RateLimiter { return &RateLimiter{} }},
+			Policy: Policy{HedgeQuantile: 0.5, HedgeRatio: 2, MaxHedges: 2, MaxAttempts: 4, AttemptTimeout: 300 * time.Millisecond, MaxServerDelay: -1}}
+		done := make(chan struct{})
+		for g := range 8 {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				rng := rand.New(rand.NewPCG(uint64(g), 9))
+				for i := range 150 {
+					ctx, cancel := context.WithCancel(context.Background())
+					if rng.IntN(4) == 0 {
+						time.AfterFunc(time.Duration(rng.IntN(30))*time.Millisecond, cancel)
+					}
+					var rep Report
+					ctx = WithReport(ctx, &rep)
+					hosts := []string{"a.test", "A.test", "b.test:080", "c.test", "d.test"}
+					req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+hosts[(g+i)%len(hosts)]+"/", nil)
+					resp, err := tr.RoundTrip(req)
+					if (resp == nil) == (err == nil) {
+						t.Errorf("got (%v, %v); want a response xor an error", resp, err)
+					}
+					if resp != nil {
+						resp.Body.Close()
+					}
+					cancel()
+				}
+			}()
+		}
+		for range 8 {
+			<-done
+		}
+		time.Sleep(time.Hour)
+	})
+}
+
+func TestClassifyPanicMidRaceUnderQuantile(t *testing.T) {
+	// Classify panics on the first copy's answer while its hedge runs
+	// (HedgeQuantile, a delay known): the panic reaches the caller, the
+	// copy's latency counts once, nothing is left running.
+	synctest.Test(t, func(t *testing.T) {
+		d := top(bucket(10 * time.Millisecond))
+		var calls atomic.Int32
+		var boom atomic.Bool
+		tr := &Transport{Base: delays(&calls, append(rep(10*time.Millisecond, 20), d+time.Millisecond, time.Hour)...),
+			Policy: Policy{HedgeQuantile: 0.5, HedgeRatio: 1, Classify: func(r *http.Response, err error) Class {
+				if boom.Load() {
+					panic("classify")
+				}
+				return DefaultClassify(r, err)
+			}}}
+		for range 20 {
+			roundTrip(t, tr, newReq(t, "GET", ""))
+		}
+		synctest.Wait()
+		before := samples(tr)
+		boom.Store(true)
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("got no panic; want Classify's")
+				}
+			}()
+			tr.RoundTrip(newReq(t, "GET", ""))
+		}()
+		time.Sleep(2 * time.Hour)
+		if got := samples(tr) - before; got != 1 {
+			t.Errorf("got %d samples; want 1", got)
+		}
+		if calls.Load() != 22 {
+			t.Errorf("got %d calls; want 22 (the hedge went out)", calls.Load())
+		}
 	})
 }

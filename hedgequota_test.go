@@ -1,8 +1,10 @@
 package retryhttp
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -172,4 +174,169 @@ func TestHedgeWinsDoNotPullTheDelayDown(t *testing.T) {
 			}
 		}
 	})
+}
+
+func TestOneLatencySampleAnAttempt(t *testing.T) {
+	// HedgeQuantile 0.5, with a delay of 10ms's bucket known (twenty 10ms
+	// answers); then one request of each shape. Only the first copy of each
+	// attempt is measured, once, and never once the caller has canceled.
+	d := top(bucket(10 * time.Millisecond)) // the hedge delay
+	tests := []struct {
+		name   string
+		base   func(calls *atomic.Int32) http.RoundTripper
+		cancel time.Duration // the caller cancels then; 0: never
+		max    int
+		want   int64         // samples added
+		in     time.Duration // a sample in this latency's bucket; 0: none checked
+	}{
+		{"the first copy wins after the hedge went out", func(calls *atomic.Int32) http.RoundTripper {
+			return delays(calls, d+time.Millisecond, time.Hour)
+		}, 0, 3, 1, d + time.Millisecond},
+		{"the hedge wins, the first copy answers later", func(calls *atomic.Int32) http.RoundTripper {
+			return delays(calls, time.Second, time.Millisecond)
+		}, 0, 3, 1, d + time.Millisecond},
+		{"the hedge wins, the first copy ignores cancellation", func(calls *atomic.Int32) http.RoundTripper {
+			return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+				if calls.Add(1) == 1 {
+					time.Sleep(time.Second)
+				} else {
+					time.Sleep(time.Millisecond)
+				}
+				return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
+			})
+		}, 0, 3, 1, d + time.Millisecond},
+		{"the first copy fails, then the hedge wins", func(calls *atomic.Int32) http.RoundTripper {
+			return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+				if calls.Add(1) == 1 {
+					time.Sleep(d + 2*time.Millisecond)
+					return &http.Response{StatusCode: 503, Body: http.NoBody, Request: r}, nil
+				}
+				time.Sleep(5 * time.Millisecond)
+				return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
+			})
+		}, 0, 3, 1, d + 2*time.Millisecond},
+		{"both copies fail, the hedge last: then a lone last attempt", func(calls *atomic.Int32) http.RoundTripper {
+			return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+				n := calls.Add(1)
+				switch n {
+				case 1:
+					time.Sleep(d + 2*time.Millisecond)
+				case 2:
+					time.Sleep(5 * time.Millisecond)
+				default:
+					time.Sleep(3 * time.Millisecond)
+					return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
+				}
+				return &http.Response{StatusCode: 503, Body: http.NoBody, Request: r}, nil
+			})
+		}, 0, 3, 2, 3 * time.Millisecond},
+		{"the caller cancels while both copies run", func(calls *atomic.Int32) http.RoundTripper {
+			return delays(calls, time.Second, time.Second)
+		}, d + time.Millisecond, 3, 0, 0},
+		{"the caller cancels while both copies run, bases ignore it", func(calls *atomic.Int32) http.RoundTripper {
+			return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+				calls.Add(1)
+				time.Sleep(time.Second)
+				return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
+			})
+		}, d + time.Millisecond, 3, 0, 0},
+		{"the caller cancels before the hedge, the base ignores it", func(calls *atomic.Int32) http.RoundTripper {
+			return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+				calls.Add(1)
+				time.Sleep(time.Second)
+				return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
+			})
+		}, time.Millisecond, 3, 0, 0},
+		{"a lone attempt (MaxAttempts 1 is never hedged, never measured)", func(calls *atomic.Int32) http.RoundTripper {
+			return delays(calls, time.Millisecond)
+		}, 0, 1, 0, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var calls atomic.Int32
+				warm := delays(&calls, 10*time.Millisecond)
+				var real atomic.Pointer[http.RoundTripper]
+				real.Store(&warm)
+				tr := &Transport{Base: roundTripperFunc(func(r *http.Request) (*http.Response, error) { return (*real.Load()).RoundTrip(r) }),
+					Policy: Policy{HedgeQuantile: 0.5, HedgeRatio: 1, Rand: lowRand}}
+				for range 20 {
+					if _, _, err := roundTrip(t, tr, newReq(t, "GET", "")); err != nil {
+						t.Fatal(err)
+					}
+				}
+				synctest.Wait()
+				if got := tr.hedges.Load().lat.estimate(); got != d {
+					t.Fatalf("estimate %v; want %v", got, d)
+				}
+				calls.Store(0)
+				b := tc.base(&calls)
+				real.Store(&b)
+				before := samples(tr)
+				var inBefore int64
+				if tc.in > 0 {
+					inBefore = bucketOf(tr, tc.in)
+				}
+				tr.Policy.MaxAttempts = tc.max
+				ctx, cancel := context.WithCancel(context.Background())
+				if tc.cancel > 0 {
+					time.AfterFunc(tc.cancel, cancel)
+				}
+				roundTrip(t, tr, newReq(t, "GET", "").WithContext(ctx))
+				time.Sleep(2 * time.Hour) // every copy answers
+				synctest.Wait()
+				cancel()
+				if got := samples(tr) - before; got != tc.want {
+					t.Errorf("got %d samples; want %d", got, tc.want)
+				}
+				if tc.in > 0 && bucketOf(tr, tc.in)-inBefore < 1 {
+					t.Errorf("no sample in %v's bucket", tc.in)
+				}
+			})
+		})
+	}
+}
+
+func samples(tr *Transport) int64 {
+	hs := tr.hedges.Load()
+	if hs == nil {
+		return 0
+	}
+	var n int64
+	for g := range hs.lat.counts {
+		for b := range hs.lat.counts[g] {
+			n += int64(hs.lat.counts[g][b].Load())
+		}
+	}
+	if n != hs.lat.n.Load() && !hs.lat.turned.Load() {
+		panic(fmt.Sprintf("counts %d, n %d", n, hs.lat.n.Load()))
+	}
+	return n
+}
+
+func bucketOf(tr *Transport, d time.Duration) int64 {
+	hs := tr.hedges.Load()
+	b := bucket(d)
+	return int64(hs.lat.counts[0][b].Load() + hs.lat.counts[1][b].Load())
+}
+
+func delays(calls *atomic.Int32, ds ...time.Duration) http.RoundTripper {
+	return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		n := int(calls.Add(1))
+		d := ds[min(n, len(ds))-1]
+		select {
+		case <-time.After(d):
+			return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
+		case <-r.Context().Done():
+			return nil, r.Context().Err()
+		}
+	})
+}
+
+func rep(d time.Duration, n int) []time.Duration {
+	s := make([]time.Duration, n)
+	for i := range s {
+		s[i] = d
+	}
+	return s
 }

@@ -180,14 +180,17 @@ func (ph *PerHost) getLocked(k hostKey) *host {
 	h := ph.dirty[k]
 	if h == nil {
 		canon := k.canonical()
-		need := 1
-		if k != canon {
-			need = 2 // at most: the destination may be known
-		}
-		ph.makeRoom(need)
 		if h = ph.read.Load().lookup(canon); h == nil {
 			h = ph.dirty[canon]
 		}
+		need := 0 // keys to add
+		if h == nil {
+			need++
+		}
+		if k != canon {
+			need++
+		}
+		ph.makeRoom(need, h)
 		if h == nil {
 			h = ph.add(canon) // idle since now, not used yet
 		} else {
@@ -206,11 +209,12 @@ func (ph *PerHost) getLocked(k hostKey) *host {
 }
 
 // makeRoom sweeps before need keys are added, when they would go past
-// MaxHosts or the last sweep is half an IdleTimeout old. Must hold mu.
-func (ph *PerHost) makeRoom(need int) {
+// MaxHosts or the last sweep is half an IdleTimeout old; keep, the
+// destination being looked up (nil for a new one), stays. Must hold mu.
+func (ph *PerHost) makeRoom(need int, keep *host) {
 	now := time.Now()
 	if ph.n+need > ph.maxHosts() || now.Sub(ph.swept) >= ph.idleTimeout()/2 {
-		ph.sweep(now, need)
+		ph.sweep(now, need, keep)
 	}
 }
 
@@ -226,10 +230,13 @@ func (ph *PerHost) publish() {
 }
 
 // canonical returns the key of k's destination: scheme and host in lower
-// case, the port as a number, left out when it is the scheme's default or
+// case (but for an IPv6 zone), the port as a number, left out when it is the scheme's default or
 // empty (net/http dials "a.test:" and "a.test:080" as "a.test:80").
 func (k hostKey) canonical() hostKey {
 	scheme, h := strings.ToLower(k.scheme), strings.ToLower(k.host)
+	if i := strings.IndexByte(k.host, '%'); i >= 0 { // an IPv6 zone: an interface name, case and all
+		h = h[:i] + k.host[i:]
+	}
 	if i := strings.LastIndexByte(h, ':'); i > strings.LastIndexByte(h, ']') { // a port
 		name, port := h[:i], h[i+1:]
 		if n, err := strconv.ParseUint(port, 10, 16); err == nil {
@@ -290,9 +297,9 @@ func (ph *PerHost) alias(k hostKey, h *host) {
 // sweep forgets the destinations idle for IdleTimeout and, when need more
 // keys would go past MaxHosts, the ones idle longest, down to seven eighths
 // of MaxHosts less need, so that a stream of new destinations sweeps once
-// in a while, not on each. A destination goes with all its spellings. Must
-// hold mu.
-func (ph *PerHost) sweep(now time.Time, need int) {
+// in a while, not on each; never keep. A destination goes with all its
+// spellings. Must hold mu.
+func (ph *PerHost) sweep(now time.Time, need int, keep *host) {
 	ph.swept = now
 	keys := make(map[*host][]hostKey, ph.n)
 	add := func(k hostKey, h *host) { keys[h] = append(keys[h], k) }
@@ -304,7 +311,7 @@ func (ph *PerHost) sweep(now time.Time, need int) {
 	var idle []*host
 	for h, ks := range keys {
 		switch {
-		case h.used.Load():
+		case h == keep || h.used.Load():
 			h.used.Store(false)
 			h.idle = now
 		case now.Sub(h.idle) >= ph.idleTimeout():
@@ -329,8 +336,10 @@ func (ph *PerHost) sweep(now time.Time, need int) {
 			if n <= target {
 				break
 			}
-			n -= len(ks)
-			delete(keys, h)
+			if h != keep {
+				n -= len(ks)
+				delete(keys, h)
+			}
 		}
 	}
 	all := newHostMaps()

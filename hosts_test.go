@@ -2,6 +2,7 @@ package retryhttp
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strings"
@@ -136,11 +137,14 @@ func TestPerHostDestinations(t *testing.T) {
 		// net/http dials them.
 		"http://a.test:/", "http://a.test:080/", "https://a.test:/", "http://a.test:08080/",
 		"http://[::1]/", "http://[::1]:80/", "http://[::1]:8080/", "http://[::1]:/",
+		// An IPv6 zone is an interface name: its case is its own.
+		"http://[fe80::1%25eth0]/", "http://[FE80::1%25eth0]:80/", "http://[fe80::1%25ETH0]/",
 	} {
 		pu, _ := url.Parse(u)
 		ph.get(pu)
 	}
-	want := []string{"http://a.test:80", "https://a.test:443", "http://a.test:8080", "http://[::1]:80", "http://[::1]:8080"}
+	want := []string{"http://a.test:80", "https://a.test:443", "http://a.test:8080", "http://[::1]:80", "http://[::1]:8080",
+		"http://[fe80::1%eth0]:80", "http://[fe80::1%ETH0]:80"}
 	if fmt.Sprint(dests) != fmt.Sprint(want) {
 		t.Errorf("got destinations %v; want %v", dests, want)
 	}
@@ -404,4 +408,110 @@ func TestPerHostChurn(t *testing.T) {
 			ph.keys(t)
 		})
 	}
+}
+
+func TestPerHostSpellingsKeepTheirDestination(t *testing.T) {
+	// One destination under a spelling that is not the canonical one: made
+	// once, its budget kept across requests, whether MaxHosts leaves room
+	// for the spelling (2) or not (1: it is not kept, looked up each time).
+	for _, tc := range []struct {
+		name     string
+		maxHosts int
+		urls     []string
+	}{
+		{"MaxHosts 1, one non-canonical spelling", 1, []string{"http://A.test/", "http://A.test/", "http://A.test/"}},
+		{"MaxHosts 2, canonical then another spelling", 2, []string{"http://a.test/", "http://A.test/", "http://a.test/"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				made := 0
+				ph := &PerHost{MaxHosts: tc.maxHosts, Budget: func(string) RetryBudget { made++; return NewBudget(DefaultBudgetTokens) }}
+				tr := &Transport{Base: rht.NewTransport(rht.Status(503)), PerHost: ph, Policy: Policy{Rand: lowRand}}
+				for _, u := range tc.urls {
+					req, _ := http.NewRequest("GET", u, nil)
+					if _, _, err := roundTrip(t, tr, req); err != nil {
+						t.Fatal(err)
+					}
+				}
+				b, _, _ := ph.Lookup("http://a.test/")
+				want := DefaultBudgetTokens - len(tc.urls)*2*RetryCost
+				if made != 1 || b.Available() != want {
+					t.Errorf("got the destination made %d times, %d tokens left; want once, %d left (MaxHosts %d never exceeded: one destination)",
+						made, b.Available(), want, tc.maxHosts)
+				}
+			})
+		})
+	}
+}
+
+func TestPerHostInvariants(t *testing.T) {
+	// Random spellings of a few destinations, small MaxHosts, idle gaps:
+	// after each lookup the count agrees with the maps, at most MaxHosts
+	// keys are tracked, and the spellings of one destination never name
+	// two destinations at once.
+	spell := []func(i int) string{
+		func(i int) string { return fmt.Sprintf("http://h%d.test/", i) },
+		func(i int) string { return fmt.Sprintf("http://H%d.test/", i) },
+		func(i int) string { return fmt.Sprintf("http://h%d.test:80/", i) },
+		func(i int) string { return fmt.Sprintf("http://h%d.test:080/", i) },
+		func(i int) string { return fmt.Sprintf("http://h%d.test:/", i) },
+		func(i int) string { return fmt.Sprintf("https://h%d.test:443/", i) },
+		func(i int) string { return fmt.Sprintf("https://H%d.TEST:0443/", i) },
+	}
+	for maxHosts := 1; maxHosts <= 12; maxHosts++ {
+		t.Run(fmt.Sprint(maxHosts), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(uint64(maxHosts), 7))
+				ph := &PerHost{MaxHosts: maxHosts, IdleTimeout: time.Minute}
+				for i := range 3000 {
+					if rng.IntN(50) == 0 {
+						time.Sleep(time.Duration(rng.IntN(40)) * time.Second)
+					}
+					u, err := url.Parse(spell[rng.IntN(len(spell))](rng.IntN(5)))
+					if err != nil {
+						t.Fatal(err)
+					}
+					h := ph.get(u)
+					if n := ph.keys(t); n > maxHosts {
+						t.Fatalf("step %d: %d keys; want at most %d", i, n, maxHosts)
+					}
+					canon := map[hostKey]*host{}
+					ph.mu.Lock()
+					check := func(k hostKey, hh *host) {
+						c := k.canonical()
+						if o, ok := canon[c]; ok && o != hh {
+							t.Errorf("step %d: %v names another host than another spelling of %v", i, k, c)
+						}
+						canon[c] = hh
+					}
+					ph.read.Load().each(check)
+					for k, hh := range ph.dirty {
+						check(k, hh)
+					}
+					ph.mu.Unlock()
+					if got, ok := canon[hostKey{u.Scheme, u.Host}.canonical()]; ok && got != h {
+						t.Fatalf("step %d: get returned a host that is not the one tracked for %v", i, u)
+					}
+				}
+			})
+		})
+	}
+}
+
+func TestPerHostSweepsOnlyWhenFull(t *testing.T) {
+	// Seven destinations tracked with MaxHosts 8, then a second spelling of
+	// one of them: eight keys, within MaxHosts, so nothing is forgotten.
+	synctest.Test(t, func(t *testing.T) {
+		ph := &PerHost{MaxHosts: 8}
+		for i := range 7 {
+			u, _ := url.Parse(fmt.Sprintf("http://h%d.test/", i))
+			ph.get(u)
+			time.Sleep(time.Second)
+		}
+		u, _ := url.Parse("http://H6.test/")
+		ph.get(u)
+		if got := ph.Len(); got != 7 {
+			t.Errorf("got %d destinations tracked, %d keys; want 7 destinations, 8 keys (MaxHosts 8 not passed)", got, ph.keys(t))
+		}
+	})
 }

@@ -96,7 +96,7 @@ type Policy struct {
 	// the first answer that is not a retryable failure wins; the other
 	// copies are canceled, drained and closed. Hedges are limited to
 	// HedgeRatio of the requests; one that cannot be sent yet is asked for
-	// again after another HedgeDelay. Each hedge counts as an attempt
+	// again after a quarter of the delay. Each hedge counts as an attempt
 	// against MaxAttempts and is reported in Attempt.Hedges. Set it near the
 	// dependency's 95th percentile latency, or set HedgeQuantile instead.
 	// AttemptTimeout does not apply to an attempt that may be hedged; it
