@@ -110,12 +110,12 @@ func (c *call) start(t *Transport, req *http.Request) error {
 			c.safe = true
 		}
 	}
-	if (p.HedgeDelay > 0 || p.hedgeQuantile() > 0) && c.max > 1 && p.hedgeable(req, c.safe) && (c.ov == nil || !c.ov.NoHedging) {
+	if c.max > 1 && p.hedgeable(req, c.safe) && (c.ov == nil || !c.ov.NoHedging) {
 		c.hedged = true
 		if c.dest != nil {
-			c.hs = c.dest.hedging()
+			c.hs = c.dest.hedges.get()
 		} else {
-			c.hs = t.hedging()
+			c.hs = t.hedges.get()
 		}
 		c.hs.quota.deposit(p.hedgeRatio()) // each request that may be hedged adds its share
 	}

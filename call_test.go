@@ -40,76 +40,6 @@ func (c *watchCtx) AfterFunc(func()) func() bool {
 // held reports how many derived contexts are still running.
 func (c *watchCtx) held() int { return int(c.registered.Load() - c.stopped.Load()) }
 
-func TestPanicLeavesNothingHeld(t *testing.T) {
-	// Whatever hook panics, and wherever: the panic reaches the caller, and
-	// nothing stays open, running or spent: no response body, no derived
-	// context (Timeout, attempt, hedged copy), no request body, no tokens.
-	boom := func() { panic("hook") }
-	tests := []struct {
-		name   string
-		steps  []rht.Step
-		method string
-		policy Policy
-		hook   func(Attempt)
-	}{
-		{"NewIdempotencyKey, with a Timeout", nil, "POST",
-			Policy{Timeout: time.Minute, NewIdempotencyKey: func() string { boom(); return "" }}, nil},
-		{"Classify, with a Timeout", []rht.Step{rht.Status(503)}, "GET",
-			Policy{Timeout: time.Minute, Classify: func(*http.Response, error) Class { boom(); return 0 }}, nil},
-		{"Classify, under AttemptTimeout", []rht.Step{rht.Status(503)}, "GET",
-			Policy{AttemptTimeout: time.Second, Classify: func(*http.Response, error) Class { boom(); return 0 }}, nil},
-		{"Classify, with hedged copies in flight", []rht.Step{rht.Status(503).WithDelay(20 * time.Millisecond), rht.Status(200).WithDelay(time.Second)}, "GET",
-			Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1, MaxHedges: 2, Classify: func(*http.Response, error) Class { boom(); return 0 }}, nil},
-		{"OnAttempt, after a Retry decision", []rht.Step{rht.Status(503), rht.Status(200)}, "PUT",
-			Policy{Timeout: time.Minute}, func(a Attempt) {
-				if a.Decision == Retry {
-					boom()
-				}
-			}},
-		{"OnAttempt, after a hedged attempt", []rht.Step{rht.Status(200).WithDelay(time.Second), rht.Status(200)}, "GET",
-			Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1}, func(Attempt) { boom() }},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				base := rht.NewTransport(tc.steps...)
-				tr := &Transport{Base: base, Policy: tc.policy, OnAttempt: tc.hook}
-				ctx := newWatchCtx()
-				var closed, replays, replayed atomic.Int32
-				req, _ := http.NewRequestWithContext(ctx, tc.method, "http://example.test/", closeTracker{strings.NewReader("payload"), &closed})
-				req.GetBody = func() (io.ReadCloser, error) {
-					replayed.Add(1)
-					return closeTracker{strings.NewReader("payload"), &replays}, nil
-				}
-				func() {
-					defer func() {
-						if recover() == nil {
-							t.Error("got no panic; want the hook's panic to reach the caller")
-						}
-					}()
-					tr.RoundTrip(req)
-				}()
-				synctest.Wait() // copies still in flight see their cancellation
-				if got := ctx.held(); got != 0 {
-					t.Errorf("got %d derived contexts still running; want 0", got)
-				}
-				if got := base.OpenBodies(); got != 0 {
-					t.Errorf("got %d open response bodies; want 0", got)
-				}
-				if got := closed.Load(); got != 1 {
-					t.Errorf("got the request body closed %d times; want 1", got)
-				}
-				if got, want := replays.Load(), replayed.Load(); got != want {
-					t.Errorf("got %d replay bodies closed; want all %d", got, want)
-				}
-				if got := tr.BudgetInUse().Available(); got != DefaultBudgetTokens {
-					t.Errorf("got %d tokens; want %d", got, DefaultBudgetTokens)
-				}
-			})
-		})
-	}
-}
-
 // cannedBase answers every request with the same response, as the
 // benchmarks' stub does, and closes request bodies.
 type cannedBase struct{ resp *http.Response }
@@ -499,12 +429,13 @@ func checkContract(t *testing.T, steps []rht.Step, p Policy, method string, limi
 	tr.Budget.(*ledger).check(t)
 }
 
-// A panic in any hook not covered elsewhere (Rand,
-// the Logger's handler, GetBody for a retry, Classify under
-// AttemptTimeout with a Limiter, NewIdempotencyKey, OnAttempt after a
-// hedged retry) reaches the caller and leaves nothing held: no derived
-// context running, no response body open, every request body closed once,
-// no payment unsettled but hedges that were sent.
+// A panic in any hook (NewIdempotencyKey, Classify, OnAttempt, Rand, the
+// Logger's handler, GetBody for a retry), wherever it is called (with a
+// Timeout, under AttemptTimeout, with hedged copies in flight, with a
+// Limiter or without), reaches the caller and leaves nothing held: no
+// derived context running (Timeout, attempt, hedged copy), no response
+// body open, every request body closed once, no payment unsettled but
+// hedges that were sent.
 func TestPanicsInEveryHookLeaveNothingHeld(t *testing.T) {
 	boom := func() { panic("hook") }
 	tests := []struct {
@@ -514,24 +445,41 @@ func TestPanicsInEveryHookLeaveNothingHeld(t *testing.T) {
 		policy Policy
 		hook   func(Attempt)
 		logger bool
-		hedges int // paid and sent, so kept
+		hedges int  // paid and sent, so kept
+		alone  bool // no Limiter
 	}{
+		{"NewIdempotencyKey, with a Timeout", nil, "POST+panickey",
+			Policy{Timeout: time.Minute}, nil, false, 0, true},
+		{"Classify, with a Timeout", []rht.Step{rht.Status(503)}, "GET",
+			Policy{Timeout: time.Minute, Classify: func(*http.Response, error) Class { boom(); return 0 }}, nil, false, 0, true},
+		{"Classify, under AttemptTimeout", []rht.Step{rht.Status(503)}, "GET",
+			Policy{AttemptTimeout: time.Second, Classify: func(*http.Response, error) Class { boom(); return 0 }}, nil, false, 0, true},
+		{"Classify, with hedged copies in flight", []rht.Step{rht.Status(503).WithDelay(20 * time.Millisecond), rht.Status(200).WithDelay(time.Second)}, "GET",
+			Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1, MaxHedges: 2, Classify: func(*http.Response, error) Class { boom(); return 0 }}, nil, false, 0, true},
+		{"OnAttempt, after a Retry decision", []rht.Step{rht.Status(503), rht.Status(200)}, "PUT",
+			Policy{Timeout: time.Minute}, func(a Attempt) {
+				if a.Decision == Retry {
+					boom()
+				}
+			}, false, 0, true},
+		{"OnAttempt, after a hedged attempt", []rht.Step{rht.Status(200).WithDelay(time.Second), rht.Status(200)}, "GET",
+			Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1}, func(Attempt) { boom() }, false, 0, true},
 		{"Rand, with Timeout and AttemptTimeout", []rht.Step{rht.Status(503).WithBody("x")}, "PUT",
-			Policy{Timeout: time.Minute, AttemptTimeout: time.Second, Rand: func(int64) int64 { boom(); return 0 }}, nil, false, 0},
+			Policy{Timeout: time.Minute, AttemptTimeout: time.Second, Rand: func(int64) int64 { boom(); return 0 }}, nil, false, 0, false},
 		{"Logger handler, after a Retry under AttemptTimeout", []rht.Step{rht.Status(503).WithBody("x")}, "POST",
-			Policy{AttemptTimeout: time.Second, Timeout: time.Minute}, nil, true, 0},
+			Policy{AttemptTimeout: time.Second, Timeout: time.Minute}, nil, true, 0, false},
 		{"GetBody for the retry", []rht.Step{rht.Status(503).WithBody("x")}, "PUT+panicbody",
-			Policy{Timeout: time.Minute}, nil, false, 0},
+			Policy{Timeout: time.Minute}, nil, false, 0, false},
 		{"GetBody for the retry, hedged", []rht.Step{rht.Status(503).WithBody("x")}, "PUT+panicbody",
-			Policy{Timeout: time.Minute, HedgeDelay: time.Second, HedgeRatio: 1}, nil, false, 0},
+			Policy{Timeout: time.Minute, HedgeDelay: time.Second, HedgeRatio: 1}, nil, false, 0, false},
 		{"NewIdempotencyKey, hedged", nil, "POST+panickey",
-			Policy{HedgeDelay: time.Millisecond, HedgeRatio: 1, Timeout: time.Minute}, nil, false, 0},
+			Policy{HedgeDelay: time.Millisecond, HedgeRatio: 1, Timeout: time.Minute}, nil, false, 0, false},
 		{"OnAttempt after a hedged retry", []rht.Step{rht.Status(503), rht.Status(200).WithDelay(time.Second), rht.Status(200)}, "GET",
 			Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1, Timeout: time.Minute, Rand: lowRand}, func(a Attempt) {
 				if a.Number > 1 {
 					boom()
 				}
-			}, false, 0}, // the hedge won: refunded before the hook
+			}, false, 0, false}, // the hedge won: refunded before the hook
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -548,7 +496,10 @@ func TestPanicsInEveryHookLeaveNothingHeld(t *testing.T) {
 				if m, ok := strings.CutSuffix(method, "+panicbody"); ok {
 					method, panicBody = m, true
 				}
-				tr := &Transport{Base: base, Policy: p, OnAttempt: tc.hook, Budget: budget, Limiter: &RateLimiter{}}
+				tr := &Transport{Base: base, Policy: p, OnAttempt: tc.hook, Budget: budget}
+				if !tc.alone {
+					tr.Limiter = &RateLimiter{}
+				}
 				if tc.logger {
 					tr.Logger = slog.New(panicHandler{})
 				}

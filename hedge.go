@@ -115,8 +115,7 @@ type copyAnswer struct {
 // that comes once the race is over is discarded by the copy itself; a 429
 // in it still reaches the limiter.
 func (r *race) launch(base http.RoundTripper, req *http.Request, hc hedgeCopy) {
-	parent := req.Context()
-	ctx, cancel := context.WithCancel(parent)
+	ctx, cancel := context.WithCancel(req.Context())
 	if hc.report != nil {
 		ctx = WithReport(ctx, hc.report)
 	}
@@ -127,12 +126,11 @@ func (r *race) launch(base http.RoundTripper, req *http.Request, hc hedgeCopy) {
 	r.mu.Unlock()
 	req = req.WithContext(ctx)
 	go func() {
-		start := time.Now()
 		resp, err := roundTripOnce(base, req)
 		r.mu.Lock()
 		if !r.over {
-			if i == 0 && r.lat != nil && parent.Err() == nil {
-				r.lat.record(time.Since(start), r.q)
+			if i == 0 && r.lat != nil && r.ctx.Err() == nil {
+				r.lat.record(time.Since(r.start), r.q)
 				r.answered = true
 			}
 			r.answers <- copyAnswer{i, resp, err}
@@ -228,7 +226,6 @@ func (c *call) sendHedged(delay time.Duration) {
 	// is left, it stays quiet.
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
-	due := timer.C
 
 	winner, inflight := -1, 1
 	for winner < 0 && inflight > 0 {
@@ -245,7 +242,7 @@ func (c *call) sendHedged(delay time.Duration) {
 			}
 			go discard(o.resp, o.release) // a retryable failure while another copy runs
 			o.resp, o.release = nil, nil
-		case <-due:
+		case <-timer.C:
 			if len(r.copies) >= maxCopies || int(o.hedges.sent) >= p.maxHedges() {
 				continue
 			}

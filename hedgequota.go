@@ -21,6 +21,18 @@ type hedging struct {
 	lat   latency
 }
 
+// lazyHedging holds a hedging made on first use, so that a Transport or a
+// destination that never hedges holds none.
+type lazyHedging struct{ p atomic.Pointer[hedging] }
+
+func (l *lazyHedging) get() *hedging {
+	if hs := l.p.Load(); hs != nil {
+		return hs
+	}
+	l.p.CompareAndSwap(nil, new(hedging))
+	return l.p.Load()
+}
+
 // hedgeQuota lets hedges be at most a share of requests, in units of a
 // thousandth of a hedge: every hedgeable request adds the share, every
 // hedge takes a whole one. It starts empty, so that a dependency slow for

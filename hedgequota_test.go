@@ -266,7 +266,7 @@ func TestOneLatencySampleAnAttempt(t *testing.T) {
 					}
 				}
 				synctest.Wait()
-				if got := tr.hedges.Load().lat.estimate(); got != d {
+				if got := tr.hedges.p.Load().lat.estimate(); got != d {
 					t.Fatalf("estimate %v; want %v", got, d)
 				}
 				calls.Store(0)
@@ -298,7 +298,7 @@ func TestOneLatencySampleAnAttempt(t *testing.T) {
 }
 
 func samples(tr *Transport) int64 {
-	hs := tr.hedges.Load()
+	hs := tr.hedges.p.Load()
 	if hs == nil {
 		return 0
 	}
@@ -315,7 +315,7 @@ func samples(tr *Transport) int64 {
 }
 
 func bucketOf(tr *Transport, d time.Duration) int64 {
-	hs := tr.hedges.Load()
+	hs := tr.hedges.p.Load()
 	b := bucket(d)
 	return int64(hs.lat.counts[0][b].Load() + hs.lat.counts[1][b].Load())
 }

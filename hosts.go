@@ -72,15 +72,6 @@ type PerHost struct {
 // with its port, the default port left out.
 type hostKey struct{ scheme, host string }
 
-// hedging returns the destination's hedge share and latencies.
-func (h *host) hedging() *hedging {
-	if hs := h.hedges.Load(); hs != nil {
-		return hs
-	}
-	h.hedges.CompareAndSwap(nil, new(hedging))
-	return h.hedges.Load()
-}
-
 // hostMaps are the keys known to lookups without a lock, by scheme: a map
 // keyed by one string is the fastest map lookup there is.
 type hostMaps struct {
@@ -136,9 +127,9 @@ func newHostMaps() *hostMaps {
 type host struct {
 	budget  RetryBudget
 	limiter *RateLimiter
-	hedges  atomic.Pointer[hedging] // made on the first hedged request
-	used    atomic.Bool             // a request went there since the last sweep
-	idle    time.Time               // made, or last found used by a sweep; guarded by mu
+	hedges  lazyHedging // made on the first hedged request
+	used    atomic.Bool // a request went there since the last sweep
+	idle    time.Time   // made, or last found used by a sweep; guarded by mu
 }
 
 func (ph *PerHost) maxHosts() int {

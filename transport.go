@@ -27,7 +27,6 @@ import (
 	"net/http"
 	"reflect"
 	"sync"
-	"sync/atomic"
 
 	"github.com/hashicorp/go-cleanhttp"
 )
@@ -106,8 +105,8 @@ type Transport struct {
 
 	once        sync.Once
 	defaultBase http.RoundTripper
-	inUse       RetryBudget             // Budget, or a private bucket
-	hedges      atomic.Pointer[hedging] // made by the first request that may be hedged
+	inUse       RetryBudget // Budget, or a private bucket
+	hedges      lazyHedging // made by the first request that may be hedged
 	keys        keySource
 }
 
@@ -121,16 +120,6 @@ func (t *Transport) init() {
 	if t.Budget == nil || isNilPointer(t.Budget) {
 		t.inUse = NewBudget(DefaultBudgetTokens)
 	}
-}
-
-// hedging returns the hedging state the Transport's requests share, made on
-// first use so that a Transport that never hedges holds none.
-func (t *Transport) hedging() *hedging {
-	if hs := t.hedges.Load(); hs != nil {
-		return hs
-	}
-	t.hedges.CompareAndSwap(nil, new(hedging))
-	return t.hedges.Load()
 }
 
 // isNilPointer reports whether b is a nil pointer in a non-nil interface, as

@@ -434,7 +434,7 @@ func SummariseHedges(results []HedgeResult) []HedgeSummary {
 			for i, r := range rs {
 				xs[i] = f(r)
 			}
-			return statOf(xs)
+			return StatOf(xs)
 		}
 		out = append(out, HedgeSummary{Workload: k.w, Proto: k.proto, Peer: k.peer,
 			DelayMs:            of(func(r HedgeResult) float64 { return r.DelayMs }),

@@ -693,9 +693,9 @@ type Stat struct {
 	Max    Num `json:"max"`
 }
 
-// statOf summarises xs; Inf counts as larger than any number, NaN values are
+// StatOf summarises xs; Inf counts as larger than any number, NaN values are
 // left out (and make NaN when all are).
-func statOf(xs []float64) Stat {
+func StatOf(xs []float64) Stat {
 	var v []float64
 	for _, x := range xs {
 		if !math.IsNaN(x) {
@@ -776,7 +776,7 @@ func summarise(w Workload, runs []ThrottleResult) WorkloadResult {
 			for i, r := range mine {
 				xs[i] = f(r)
 			}
-			return statOf(xs)
+			return StatOf(xs)
 		}
 		s := PeerSummary{Peer: peer,
 			Goodput:   of(func(r ThrottleResult) float64 { return r.Goodput }),

@@ -160,12 +160,12 @@ func TestStatOf(t *testing.T) {
 		{[]float64{nan, 5}, Stat{5, 5, 5}},
 	}
 	for _, tc := range tests {
-		if got := statOf(tc.xs); got != tc.want {
-			t.Errorf("statOf(%v): got %v; want %v", tc.xs, got, tc.want)
+		if got := StatOf(tc.xs); got != tc.want {
+			t.Errorf("StatOf(%v): got %v; want %v", tc.xs, got, tc.want)
 		}
 	}
-	if got := statOf([]float64{nan}); !math.IsNaN(float64(got.Median)) {
-		t.Errorf("statOf([NaN]): got %v; want NaN", got)
+	if got := StatOf([]float64{nan}); !math.IsNaN(float64(got.Median)) {
+		t.Errorf("StatOf([NaN]): got %v; want NaN", got)
 	}
 }
 

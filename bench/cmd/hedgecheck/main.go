@@ -41,7 +41,6 @@ import (
 	"os"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,6 +50,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/failsafehttp"
 	"github.com/failsafe-go/failsafe-go/hedgepolicy"
 	"github.com/herdproof/retryhttp"
+	"github.com/herdproof/retryhttp/bench"
 )
 
 const ms = time.Millisecond
@@ -371,7 +371,7 @@ func runOnce(w workload, p peer, delay time.Duration, seed uint64) []phaseResult
 	samples = samples[:made]
 
 	var out []phaseResult
-	summarise := func(name string, keep func(sample) bool) phaseResult {
+	phaseOf := func(name string, keep func(sample) bool) phaseResult {
 		r := phaseResult{Workload: w.Name, Peer: p.name, Seed: seed, Phase: name, DelayMs: msOf(delay)}
 		var lat []time.Duration
 		var sent, hedged, refused, won int
@@ -419,7 +419,7 @@ func runOnce(w workload, p peer, delay time.Duration, seed uint64) []phaseResult
 		}
 		return r
 	}
-	all := summarise("all", func(sample) bool { return true })
+	all := phaseOf("all", func(sample) bool { return true })
 	all.ServedPerSec = round3(float64(srv.served.Load()) / runFor.Seconds())
 	if sv := srv.served.Load(); sv > 0 {
 		all.WastedShare = round3(float64(srv.wasted.Load()) / float64(sv))
@@ -434,7 +434,7 @@ func runOnce(w workload, p peer, delay time.Duration, seed uint64) []phaseResult
 		var from time.Duration
 		for _, ph := range w.Phases {
 			lo, hi := from, from+ph.For
-			out = append(out, summarise(ph.Name, func(s sample) bool { return s.start >= lo && s.start < hi }))
+			out = append(out, phaseOf(ph.Name, func(s sample) bool { return s.start >= lo && s.start < hi }))
 			from = hi
 		}
 	}
@@ -485,18 +485,6 @@ type summary struct {
 	CopiesMin, CopiesMax  float64
 }
 
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	sort.Float64s(s)
-	if len(s) == 0 {
-		return 0
-	}
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return round3((s[len(s)/2-1] + s[len(s)/2]) / 2)
-}
-
 func summarise(rs []phaseResult) []summary {
 	type key struct{ w, p, ph string }
 	var order []key
@@ -516,7 +504,7 @@ func summarise(rs []phaseResult) []summary {
 			for i, r := range g {
 				xs[i] = get(r)
 			}
-			return median(xs)
+			return float64(bench.StatOf(xs).Median)
 		}
 		m := phaseResult{Workload: k.w, Peer: k.p, Phase: k.ph,
 			DelayMs:      f(func(r phaseResult) float64 { return r.DelayMs }),
