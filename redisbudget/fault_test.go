@@ -100,7 +100,10 @@ func TestDepositsCreditedOnceAfterATimeout(t *testing.T) {
 			defer rdb.Close()
 			s.client().HSet(context.Background(), "fleet", "tokens", 100)
 			b := newBudget(t, rdb, "fleet", func(o *Options) {
-				o.Timeout = 100 * time.Millisecond
+				// Long enough that no call but the paused one times out on
+				// a loaded machine: one that did would change what the
+				// test follows.
+				o.Timeout = time.Second
 				o.RetryAfter = 10 * time.Millisecond
 				o.Recheck = time.Hour // no call carries deposits alone here
 			})
@@ -109,9 +112,18 @@ func TestDepositsCreditedOnceAfterATimeout(t *testing.T) {
 				b.Deposit(true)
 			}
 			b.Withdraw(retryhttp.Transient) // the lease is spent
+			if st := b.Stats(); st.Failures != 0 || st.FallbackPayments != 0 {
+				t.Fatalf("before the pause: got %d failed calls, %d retries paid by the fallback; want none", st.Failures, st.FallbackPayments)
+			}
 			s.pause()
 			if _, ok := b.Withdraw(retryhttp.Transient); !ok { // carries the 50, no answer
 				t.Fatal("refused; want the fallback to pay")
+			}
+			if tc.opts.ReadTimeout == 0 {
+				// The client gives up at its context's deadline, which may
+				// come a little after the budget's own timer: a Redis
+				// resumed before then would still answer in time.
+				waitFor(t, "the client to give up", func() bool { return b.Stats().Dropped == 50 })
 			}
 			s.resume()
 			// Redis runs the call it had read: +50, -28.
