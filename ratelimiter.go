@@ -48,7 +48,9 @@ import (
 //     rate if the ramp reaches it. A capacity that returns is
 //     found within seconds; one that does not costs one throttle a ramp,
 //     and the ramps stop after a few tries per halving of the rate.
-//   - Waiting: permits are spaced evenly at the rate. An attempt waits for
+//   - Waiting: permits are spaced evenly at the rate, the next one an
+//     interval of the rate now after the last (a ramp from a low rate
+//     does not wait out the low rate's long interval). An attempt waits for
 //     one only if it comes within 20 permits' time (a bounded queue: the
 //     rest fail at once rather than queue to their deadline) and leaves
 //     room before the request's deadline for the attempt itself, estimated
@@ -187,11 +189,12 @@ type RateLimiter struct {
 	markAt, prevMarkAt time.Time
 	firstAt            time.Time // of the first send
 
-	epoch   uint64    // cuts so far
-	seq     uint64    // permits given so far, once limiting
-	refused int64     // permits refused
-	next    time.Time // when the next permit is due
-	pause   time.Time // no permit before (Retry-After)
+	epoch   uint64        // cuts so far
+	seq     uint64        // permits given so far, once limiting
+	refused int64         // permits refused
+	next    time.Time     // when the next permit is due
+	gap     time.Duration // the interval next was scheduled with
+	pause   time.Time     // no permit before (Retry-After)
 
 	share  float64       // while starting: the rate over the demand; 0 after
 	level  float64       // after the start: the rate held
@@ -439,7 +442,8 @@ func (l *RateLimiter) cut(now time.Time) {
 	l.answers, l.throttles = 0, 0
 	// The next permit is one interval of the new rate away; attempts
 	// already waiting take new permits (see acquire).
-	l.next = now.Add(interval(l.rateAt(now, now)))
+	l.gap = interval(l.rateAt(now, now))
+	l.next = now.Add(l.gap)
 }
 
 // A permit is an attempt's right to be sent, from a RateLimiter. It is a
@@ -505,7 +509,7 @@ func (l *RateLimiter) tryAcquire(now time.Time) (permit, bool) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.next.After(now) || l.pause.After(now) {
+	if l.due(now).After(now) {
 		return permit{}, false
 	}
 	return l.give(now, now), true
@@ -520,7 +524,7 @@ func (l *RateLimiter) reserve(due, now, deadline time.Time, ask bool) (permit, b
 	if ask {
 		l.demand.add(now)
 	}
-	at := later(later(l.next, now), l.pause)
+	at := l.due(now)
 	if !l.permitted(at, due, now, deadline) {
 		l.refused++
 		return permit{}, false
@@ -528,11 +532,29 @@ func (l *RateLimiter) reserve(due, now, deadline time.Time, ask bool) (permit, b
 	return l.give(at, now), true
 }
 
+// due is when the next permit can come, asked at now: not before a pause,
+// and, after the start, one interval of the rate now after the permit
+// before it. The next permit was scheduled at the rate of its time; when a
+// probe or a ramp back has raised the rate since, the wait shortens with
+// it, or a client cut to a low rate would wait out the long interval of
+// that rate before its ramp could send anything. (While starting, the rate
+// follows the demand, which every attempt asked moves: the permit keeps
+// the interval it was given.) Must hold mu.
+func (l *RateLimiter) due(now time.Time) time.Time {
+	next := l.next
+	if l.share == 0 && next.After(now) {
+		if iv := interval(l.rateAt(now, now)); iv < l.gap {
+			next = next.Add(iv - l.gap)
+		}
+	}
+	return later(later(next, now), l.pause)
+}
+
 // give hands out the permit at at, asked at now. Must hold mu.
 func (l *RateLimiter) give(at, now time.Time) permit {
 	l.advance(now)
 	iv := interval(l.rateAt(at, now))
-	l.next = at.Add(iv)
+	l.next, l.gap = at.Add(iv), iv
 	l.seq++
 	return permit{l: l, epoch: l.epoch, seq: l.seq, slot: iv, at: at}
 }
@@ -677,7 +699,7 @@ func (l *RateLimiter) admits(ctx context.Context, delay time.Duration) bool {
 	due := now.Add(delay)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.permitted(later(later(l.next, due), l.pause), due, now, deadline) {
+	if !l.permitted(later(l.due(now), due), due, now, deadline) {
 		l.refused++
 		return false
 	}

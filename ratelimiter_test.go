@@ -373,6 +373,31 @@ func TestLimiterRampsBack(t *testing.T) {
 			}
 		})
 	})
+	t.Run("a ramp shortens the wait for the next permit", func(t *testing.T) {
+		// A permit taken 1.95 s after the cut, at 5/s, puts the next one
+		// 200 ms later, at 2.15 s. The ramp starts at 2 s: the next permit
+		// comes one interval of the ramp's rate after the last, 1/(5e^(1/6))
+		// s at 2.05 s (not yet: 2.119 s), 1/(5e^(1/3)) s at 2.1 s (2.093 s:
+		// now), and not at the interval it was scheduled with.
+		synctest.Test(t, func(t *testing.T) {
+			l := &RateLimiter{}
+			deep(t, l)
+			cut := time.Now()
+			time.Sleep(1950 * time.Millisecond)
+			if _, ok := l.tryAcquire(time.Now()); !ok {
+				t.Fatal("no permit 1.95 s after the cut at 5/s")
+			}
+			for _, tc := range []struct {
+				at   time.Duration
+				want bool
+			}{{2050 * time.Millisecond, false}, {2100 * time.Millisecond, true}} {
+				time.Sleep(cut.Add(tc.at).Sub(time.Now()))
+				if _, got := l.tryAcquire(time.Now()); got != tc.want {
+					t.Errorf("got a permit %v at %v after the cut; want %v", got, tc.at, tc.want)
+				}
+			}
+		})
+	})
 	t.Run("a ramp that draws a throttle is taken back; a few are tried per halving", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			l := &RateLimiter{}

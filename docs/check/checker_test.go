@@ -71,6 +71,16 @@ func TestNumbersCatchStaleFigures(t *testing.T) {
 |---|---|---|---|---|
 | none | 64199 | 55180 | 3.1 s | 0.998 |
 | retryhttp | 9251 | 236 | 1.2 s | 0.91 |`, []string{`"3.1 s"; the saved run has no figure`, `"236": the saved run says 237`, `"0.91": the saved run says 0.90`}},
+		{"table of parts", `<!--table:run.json:runs|name|attempts,throttled,converge_seconds-->
+| impl | attempts / 429s / converge |
+|---|---|
+| none | 64199 / 55180 / - |
+| retryhttp | 9251 / 237 / 1.2 s |`, nil},
+		{"stale table of parts", `<!--table:run.json:runs|name|attempts,throttled,converge_seconds-->
+| impl | attempts / 429s / converge |
+|---|---|
+| none | 64199 / 55180 / 2.0 s |
+| retryhttp | 9251 / 236 / - |`, []string{`"2.0 s"; the saved run has no figure`, `"236": the saved run says 237`, `"-" has 0 numbers; want 1`}},
 		{"table rows", `<!--table:run.json:runs|name|attempts-->
 | impl | attempts |
 |---|---|

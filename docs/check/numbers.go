@@ -168,7 +168,10 @@ func (n *numbers) inline(ln int, arg, after string) {
 // column's expressions (separated by commas; _ for none) against the
 // numbers in its cells, in order. A cell with one number stands for all
 // its column's expressions (they must all read it); a cell with none,
-// for a null; a column that reads a string, for a cell with that text.
+// for a null; a column that reads a string, for a cell with that text. A
+// cell of as many parts separated by " / " as its column has expressions,
+// each with one number at most, is read part by part: a part with no
+// number stands for a null ("1.2 / - / 0.9").
 func (n *numbers) table(t Table, arg string) {
 	specs := strings.Split(arg, "|")
 	file, rowsExpr := n.split(specs[0])
@@ -232,6 +235,13 @@ func (n *numbers) cell(ln int, col, cell string, want []any) {
 			}
 			return
 		}
+	}
+	if parts := strings.Split(cell, " / "); len(want) > 1 && len(parts) == len(want) && onePerPart(parts) {
+		// "0.9 / - / 1.2": one figure, or a null, per part.
+		for k, part := range parts {
+			n.cell(ln, col, part, want[k:k+1])
+		}
+		return
 	}
 	got := numbersIn(cell)
 	switch {
@@ -327,4 +337,14 @@ func (n *numbers) json(f Fence, arg string) {
 		}
 	}
 	walk("", shown, root)
+}
+
+// onePerPart reports whether each part holds one number at most.
+func onePerPart(parts []string) bool {
+	for _, p := range parts {
+		if len(numbersIn(p)) > 1 {
+			return false
+		}
+	}
+	return true
 }
