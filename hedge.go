@@ -17,8 +17,12 @@ import (
 // from the retry budget: a hedge that loses would spend tokens meant for
 // failures, and a budget short of them refuses hedges at random, the ones
 // that would cut the tail among them. A hedge the share cannot pay for now
-// is asked for again after a quarter of the delay: the copies still
-// outstanding then, the slowest, get the hedges.
+// is asked for again after a quarter of the delay, and the first ask of an
+// attempt leaves nearly a hedge in the share for those asked again (one
+// less the ratio: none when every request may be hedged): when the share
+// runs short, the copies still outstanding a quarter of the delay later,
+// the slowest, get the hedges before those just past the delay, most of
+// which answer in a moment anyway.
 
 // hedgeStats is what hedging did in one attempt.
 type hedgeStats struct {
@@ -247,7 +251,7 @@ func (c *call) sendHedged(delay time.Duration) {
 				continue
 			}
 			next := delay
-			req, ok := c.hedge(r, o.number+len(r.copies))
+			req, ok := c.hedge(r, o.number+len(r.copies), o.hedges.refused > 0)
 			if ok {
 				hc := r.next
 				r.next = hedgeCopy{}
@@ -283,14 +287,20 @@ func (c *call) copyReport() *Report {
 }
 
 // hedge prepares the hedged copy that would be attempt number n, in r.next:
-// a hedge from the share, a permit due now from the Limiter, then its
+// a hedge from the share (asked again, the last one it holds; asked first,
+// one that leaves 1 - HedgeRatio of a hedge), a permit due now from the
+// Limiter, then its
 // request (a fresh body, its own attempt number). It reports false, holding
 // nothing, when any of them cannot be had; until the copy is launched, the
 // race holds the share and the permit, so that a panicking GetBody leaves
 // neither taken.
-func (c *call) hedge(r *race, n int) (*http.Request, bool) {
+func (c *call) hedge(r *race, n int, again bool) (*http.Request, bool) {
 	hc := &r.next
-	if !c.hs.quota.take() {
+	var keep int64
+	if ratio := c.t.Policy.hedgeRatio(); !again && ratio < 1 {
+		keep = int64((1-ratio)*1000 + 0.5)
+	}
+	if !c.hs.quota.take(keep) {
 		return nil, false
 	}
 	hc.quota = &c.hs.quota

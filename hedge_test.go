@@ -96,6 +96,48 @@ func TestHedging(t *testing.T) {
 	}
 }
 
+func TestFirstAskLeavesAHedgeForTheSlowest(t *testing.T) {
+	// At the default ratio (5%), the first ask for a hedge, at the delay
+	// (10ms), takes one only if the share still holds 0.95 of a hedge after
+	// it; asked again a quarter of the delay later (12.5ms), the copy
+	// takes the last one. The request adds its 0.05 to what the share held.
+	tests := []struct {
+		name    string
+		held    int64 // thousandths of a hedge in the share before the request
+		took    time.Duration
+		body    string
+		hedges  int
+		refused int
+	}{
+		{"1.95 hedges: hedged at the delay", 1900, 10 * time.Millisecond, "fast", 1, 0},
+		{"1.949 hedges: hedged when asked again", 1899, 12500 * time.Microsecond, "fast", 1, 1},
+		{"1 hedge: hedged when asked again", 950, 12500 * time.Microsecond, "fast", 1, 1},
+		{"0.999 of a hedge: never", 949, 196 * time.Millisecond, "slow", 0, 75},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := rht.NewTransport(rht.Status(200).WithDelay(196*time.Millisecond).WithBody("slow"), rht.Status(200).WithBody("fast"))
+				var last Attempt
+				tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 10 * time.Millisecond}, OnAttempt: func(a Attempt) { last = a }}
+				tr.hedges.get().quota.milli.Store(tc.held)
+				start := time.Now()
+				_, body, err := roundTrip(t, tr, newReq(t, "GET", ""))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if took := time.Since(start); took != tc.took || body != tc.body {
+					t.Errorf("got %q after %v; want %q after %v", body, took, tc.body, tc.took)
+				}
+				if last.Hedges != tc.hedges || last.HedgesRefused != tc.refused {
+					t.Errorf("got %d hedges, %d refused; want %d, %d", last.Hedges, last.HedgesRefused, tc.hedges, tc.refused)
+				}
+				synctest.Wait()
+			})
+		})
+	}
+}
+
 func TestHedgeThenRetry(t *testing.T) {
 	// Both copies of the first attempt fail with 503: the retry logic takes
 	// over, with backoff, for the attempt left.

@@ -57,11 +57,11 @@ func (q *hedgeQuota) deposit(ratio float64) {
 	}
 }
 
-// take takes one hedge, if the quota holds one.
-func (q *hedgeQuota) take() bool {
+// take takes one hedge, if the quota holds one and keep thousandths more.
+func (q *hedgeQuota) take(keep int64) bool {
 	for {
 		cur := q.milli.Load()
-		if cur < 1000 {
+		if cur < 1000+keep {
 			return false
 		}
 		if q.milli.CompareAndSwap(cur, cur-1000) {
