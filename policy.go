@@ -96,9 +96,12 @@ type Policy struct {
 	// the first answer that is not a retryable failure wins; the other
 	// copies are canceled, drained and closed. Hedges are limited to
 	// HedgeRatio of the requests; one that cannot be sent yet is asked for
-	// again after a quarter of the delay. Each hedge counts as an attempt
-	// against MaxAttempts and is reported in Attempt.Hedges. Set it near the
-	// dependency's 95th percentile latency, or set HedgeQuantile instead.
+	// again after a quarter of the delay, and the first ask leaves nearly
+	// a hedge for those asked again (1 - HedgeRatio of one, when that is
+	// positive), so that a short share goes to the slowest copies. Each
+	// hedge counts as an attempt against MaxAttempts and is reported in
+	// Attempt.Hedges. Set it near the dependency's 95th percentile latency,
+	// or set HedgeQuantile instead.
 	// AttemptTimeout does not apply to an attempt that may be hedged; it
 	// does to one that may not (the last MaxAttempts allows, or one made
 	// before HedgeQuantile has a delay). Zero means no hedging, unless
