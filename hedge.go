@@ -289,11 +289,10 @@ func (c *call) copyReport() *Report {
 // hedge prepares the hedged copy that would be attempt number n, in r.next:
 // a hedge from the share (asked again, the last one it holds; asked first,
 // one that leaves 1 - HedgeRatio of a hedge), a permit due now from the
-// Limiter, then its
-// request (a fresh body, its own attempt number). It reports false, holding
-// nothing, when any of them cannot be had; until the copy is launched, the
-// race holds the share and the permit, so that a panicking GetBody leaves
-// neither taken.
+// Limiter, then its request (a fresh body, its own attempt number). It
+// reports false, holding nothing, when any of them cannot be had; until the
+// copy is launched, the race holds the share and the permit, so that a
+// panicking GetBody leaves neither taken.
 func (c *call) hedge(r *race, n int, again bool) (*http.Request, bool) {
 	hc := &r.next
 	var keep int64

@@ -456,6 +456,7 @@ type permit struct {
 	epoch  uint64        // the cuts made before it was given
 	seq    uint64        // the permits given before it
 	slot   time.Duration // the interval it took; zero for an idle limiter's
+	gap    time.Duration // the limiter's gap before it, restored if it is canceled
 	at     time.Time     // when it is due: when its attempt is sent
 	waited time.Duration // how long the attempt waited for it
 }
@@ -554,9 +555,10 @@ func (l *RateLimiter) due(now time.Time) time.Time {
 func (l *RateLimiter) give(at, now time.Time) permit {
 	l.advance(now)
 	iv := interval(l.rateAt(at, now))
+	gap := l.gap
 	l.next, l.gap = at.Add(iv), iv
 	l.seq++
-	return permit{l: l, epoch: l.epoch, seq: l.seq, slot: iv, at: at}
+	return permit{l: l, epoch: l.epoch, seq: l.seq, slot: iv, gap: gap, at: at}
 }
 
 // permitted reports whether a permit at at, for an attempt due at due,
@@ -599,7 +601,9 @@ func (p *permit) cancel() {
 	now := time.Now()
 	l.mu.Lock()
 	if p.epoch == l.epoch && p.seq == l.seq {
-		l.next = later(l.next.Add(-p.slot), now)
+		// The next permit comes after the one before it again, at the
+		// interval that one was given with (see due).
+		l.next, l.gap = later(l.next.Add(-p.slot), now), p.gap
 	}
 	l.mu.Unlock()
 	*p = permit{}

@@ -974,6 +974,49 @@ func TestCanceledWaiterGivesItsSlotBack(t *testing.T) {
 // C is sent one interval after B, not with it. x/time/rate's
 // Reservation.Cancel, the model, restores only what later reservations have
 // not taken.
+func TestCanceledLastPermitLeavesNoBurst(t *testing.T) {
+	// Permits queued at 10/s (the demand cap), then, a second later, one
+	// at the lower rate the decayed demand allows, its slot longer than
+	// the spacing before it; the rate rises again and that permit is
+	// canceled. The next permit must not come before the ones still held
+	// (it did when a cancel kept the canceled permit's interval as the
+	// one to shorten from).
+	synctest.Test(t, func(t *testing.T) {
+		l := &RateLimiter{}
+		holdAt(l, 100, time.Hour)
+		t0 := time.Now()
+		l.mu.Lock()
+		l.demand.seed(t0, 5, time.Hour)
+		l.mu.Unlock()
+		var last time.Time
+		for range 15 {
+			p, ok := l.reserve(t0, t0, time.Time{}, false)
+			if !ok {
+				t.Fatal("refused")
+			}
+			last = p.at
+		}
+		time.Sleep(time.Second)
+		now := time.Now()
+		b, ok := l.reserve(now, now, time.Time{}, false)
+		if !ok {
+			t.Fatal("refused")
+		}
+		l.MaxWait = 550 * time.Millisecond
+		for range 4 { // asks refused by MaxWait still raise the demand
+			if _, ok := l.reserve(now, now, time.Time{}, true); ok {
+				t.Fatal("an ask within MaxWait; want none")
+			}
+		}
+		b.cancel()
+		l.MaxWait = 0
+		c, _ := l.reserve(now, now, time.Time{}, false)
+		if !c.at.After(last) {
+			t.Errorf("got the next permit at +%v; want it after the last one held, at +%v", c.at.Sub(t0), last.Sub(t0))
+		}
+	})
+}
+
 func TestCanceledWaiterNeverDoubleBooksASlot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		lim := &RateLimiter{}
