@@ -417,18 +417,9 @@ func (s HedgeSummary) Key() string { return s.Workload + "/" + s.Proto }
 // order they first appear.
 func SummariseHedges(results []HedgeResult) []HedgeSummary {
 	type key struct{ w, proto, peer string }
-	var order []key
-	groups := map[key][]HedgeResult{}
-	for _, r := range results {
-		k := key{r.Workload, r.Proto, r.Peer}
-		if _, ok := groups[k]; !ok {
-			order = append(order, k)
-		}
-		groups[k] = append(groups[k], r)
-	}
 	var out []HedgeSummary
-	for _, k := range order {
-		rs := groups[k]
+	for _, rs := range GroupInOrder(results, func(r HedgeResult) key { return key{r.Workload, r.Proto, r.Peer} }) {
+		k := key{rs[0].Workload, rs[0].Proto, rs[0].Peer}
 		of := func(f func(HedgeResult) float64) Stat {
 			xs := make([]float64, len(rs))
 			for i, r := range rs {

@@ -693,6 +693,24 @@ type Stat struct {
 	Max    Num `json:"max"`
 }
 
+// GroupInOrder groups xs by key, the groups in the order their keys first
+// appear and each in the order of xs.
+func GroupInOrder[T any, K comparable](xs []T, key func(T) K) [][]T {
+	index := map[K]int{}
+	var groups [][]T
+	for _, x := range xs {
+		k := key(x)
+		i, ok := index[k]
+		if !ok {
+			i = len(groups)
+			index[k] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], x)
+	}
+	return groups
+}
+
 // StatOf summarises xs; Inf counts as larger than any number, NaN values are
 // left out (and make NaN when all are).
 func StatOf(xs []float64) Stat {

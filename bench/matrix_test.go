@@ -387,3 +387,11 @@ func TestThrottleMatrixSmoke(t *testing.T) {
 		t.Errorf("got %d goal checks; want 9", len(checks))
 	}
 }
+
+func TestGroupInOrder(t *testing.T) {
+	got := GroupInOrder([]string{"b1", "a1", "b2", "c1", "a2"}, func(s string) byte { return s[0] })
+	want := [][]string{{"b1", "b2"}, {"a1", "a2"}, {"c1"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %q; want %q", got, want)
+	}
+}

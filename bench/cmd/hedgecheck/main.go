@@ -487,18 +487,9 @@ type summary struct {
 
 func summarise(rs []phaseResult) []summary {
 	type key struct{ w, p, ph string }
-	var order []key
-	groups := map[key][]phaseResult{}
-	for _, r := range rs {
-		k := key{r.Workload, r.Peer, r.Phase}
-		if _, ok := groups[k]; !ok {
-			order = append(order, k)
-		}
-		groups[k] = append(groups[k], r)
-	}
 	var out []summary
-	for _, k := range order {
-		g := groups[k]
+	for _, g := range bench.GroupInOrder(rs, func(r phaseResult) key { return key{r.Workload, r.Peer, r.Phase} }) {
+		k := key{g[0].Workload, g[0].Peer, g[0].Phase}
 		f := func(get func(phaseResult) float64) float64 {
 			xs := make([]float64, len(g))
 			for i, r := range g {
