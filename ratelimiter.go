@@ -31,7 +31,10 @@ import (
 //     second) and cuts the share by at least 1-Beta on each throttle. Every
 //     client of a server that starts throttling them cuts by the same
 //     factors, so they start with rates in proportion to their demands
-//     (fair), whatever the noise of a few first answers.
+//     (fair), whatever the noise of a few first answers. The rate a cut
+//     sets is also the most the start sends until the next cut: the
+//     demand measured may rise after it (a young meter reads low) without
+//     undoing the cut.
 //   - Holding: a rate that draws no throttle is held; a throttle while
 //     holding means the server got tighter for this client (its capacity
 //     fell, or other clients took more), and cuts a fifth more than the
@@ -197,6 +200,7 @@ type RateLimiter struct {
 	pause   time.Time     // no permit before (Retry-After)
 
 	share  float64       // while starting: the rate over the demand; 0 after
+	ceil   float64       // while starting: the rate of the last cut, the most it sends
 	level  float64       // after the start: the rate held
 	step   float64       // the next probe's step
 	period time.Duration // from one change of the level to the next probe
@@ -265,7 +269,7 @@ func (l *RateLimiter) Stats() RateLimiterStats {
 // the demand, never below MinRate. Must hold mu.
 func (l *RateLimiter) rateAt(at, now time.Time) float64 {
 	dem := l.demand.rate(now)
-	r := l.share * dem
+	r := min(l.share*dem, l.ceil)
 	if l.share == 0 {
 		r = l.scheduled(at)
 	}
@@ -308,7 +312,7 @@ func (l *RateLimiter) advance(now time.Time) {
 		if now.Sub(l.cutAt) < settle {
 			return
 		}
-		l.level = max(l.share*l.demand.rate(now), l.minRate())
+		l.level = max(min(l.share*l.demand.rate(now), l.ceil), l.minRate())
 		l.share = 0
 		l.change, l.period = now, firstProbe
 		l.step = l.probeStep(now)
@@ -390,7 +394,7 @@ func (l *RateLimiter) startLimiting(now time.Time) {
 		l.high, l.highAt = rate, now
 	}
 	l.answers, l.throttles = int(rate*span.Seconds()), 0
-	l.share = 1
+	l.share, l.ceil = 1, math.Inf(1)
 	l.cutAt = now
 	l.limiting.Store(true)
 }
@@ -406,11 +410,13 @@ func (l *RateLimiter) cut(now time.Time) {
 		acc = float64(l.answers-l.throttles) / span.Seconds()
 	}
 	if l.share > 0 {
+		r := min(l.share*l.demand.rate(now), l.ceil) // the rate sent
 		keep := 1 - refused
-		if r := l.share * l.demand.rate(now); r > 0 && now.Sub(l.cutAt) < exactRound && l.epoch > 0 && l.answers-l.throttles >= exactAccepts {
+		if r > 0 && now.Sub(l.cutAt) < exactRound && l.epoch > 0 && l.answers-l.throttles >= exactAccepts {
 			keep = min(keep, acc/r)
 		}
-		l.share *= min(max(keep, minKeep), l.beta())
+		k := min(max(keep, minKeep), l.beta())
+		l.share, l.ceil = l.share*k, r*k
 	} else {
 		r, held := l.scheduled(now), l.level
 		est := min(r*(1-refused), acc)

@@ -166,6 +166,34 @@ func TestLimiterStartRounds(t *testing.T) {
 			}
 		})
 	})
+	t.Run("a rise of the demand measured does not undo a cut", func(t *testing.T) {
+		// A young demand meter reads low at first and rises as it sees
+		// more: the rate at a cut is the most the start may send after it.
+		synctest.Test(t, func(t *testing.T) {
+			l := &RateLimiter{}
+			startAt21(t, l)
+			for range 60 {
+				time.Sleep(time.Second / 60)
+				l.mu.Lock()
+				l.demand.add(time.Now())
+				l.mu.Unlock()
+			}
+			l.mu.Lock()
+			share, dem := l.share, l.demand.rate(time.Now())
+			l.mu.Unlock()
+			if share*dem < 1.5*0.7*21 {
+				t.Fatalf("the share of the demand measured is %v/s: want well above the %v/s of the cut, for the test to mean anything", share*dem, 0.7*21)
+			}
+			if got, want := l.Rate(), 0.7*21; !near(got, want) {
+				t.Errorf("got %v permits/s after the demand measured rose; want %v, the rate of the cut", got, want)
+			}
+			d := driver{t, l}
+			d.answer(d.take(), 429) // 1/3 refused: the next cut is from the rate sent
+			if got, want := l.Rate(), 0.7*21*(1-1.0/3); !near(got, want) {
+				t.Errorf("got %v permits/s after the next cut; want %v", got, want)
+			}
+		})
+	})
 	t.Run("a short round measures the rate accepted", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			l := &RateLimiter{}
@@ -591,7 +619,8 @@ func throttledOnce(lag time.Duration) (*rht.Transport, []rht.Step) {
 func TestTransportWaitsForPermits(t *testing.T) {
 	// One 429 starts the limiter at 7/s (0.7 x 1 send in its 100 ms
 	// minimum); each later request takes its permit one interval of the
-	// start's share (0.7) of the demand after the one before.
+	// start's share (0.7) of the demand after the one before, at most the
+	// rate of the cut: the demand measured rises, the rate does not.
 	synctest.Test(t, func(t *testing.T) {
 		base, _ := throttledOnce(0)
 		lim := &RateLimiter{}
@@ -625,8 +654,8 @@ func TestTransportWaitsForPermits(t *testing.T) {
 		for i := 2; i < 4; i++ { // each gap set when the request before asked
 			dem := meterRate(10, 0.1, asked[:i-1], asked[i-2])
 			gap := times[i].Time.Sub(times[i-1].Time)
-			if want := interval(max(0.7*dem, DefaultLimiterMinRate)); gap != want {
-				t.Errorf("gap %d: got %v; want %v (0.7 of a demand of %.3f/s)", i, gap, want, dem)
+			if want := interval(max(min(0.7*dem, 7), DefaultLimiterMinRate)); gap != want {
+				t.Errorf("gap %d: got %v; want %v (0.7 of a demand of %.3f/s, at most 7/s)", i, gap, want, dem)
 			}
 		}
 		if a := hooks[1]; a.PermitWait != seventh {
@@ -668,8 +697,12 @@ func TestTransportFailsFastWithoutPermit(t *testing.T) {
 					t.Errorf("request body closed %d times; want 1", body.closes)
 				}
 				rht.AssertAttempts(t, base, 1)
-				// The refused request asked: the demand, and the rate, rose.
-				want := 0.7 * meterRate(10, 0.1, []float64{0}, 0)
+				// The refused request asked: the demand rose, the rate
+				// stays at the cut's.
+				if dem := meterRate(10, 0.1, []float64{0}, 0); 0.7*dem <= 7 {
+					t.Fatalf("got a demand of %v/s; want one whose share is above the rate of the cut, for the test to mean anything", dem)
+				}
+				want := 7.0
 				if st := lim.Stats(); st.Cuts != 1 || st.Refused != 1 || !near(st.Rate, want) {
 					t.Errorf("got stats %+v; want 1 cut, 1 refused, rate %v", st, want)
 				}
