@@ -416,7 +416,10 @@ func (l *RateLimiter) cut(now time.Time) {
 			keep = min(keep, acc/r)
 		}
 		k := min(max(keep, minKeep), l.beta())
-		l.share, l.ceil = l.share*k, r*k
+		l.share *= k
+		if r > 0 { // nothing measured yet: no rate to hold to
+			l.ceil = r * k
+		}
 	} else {
 		r, held := l.scheduled(now), l.level
 		est := min(r*(1-refused), acc)
