@@ -31,10 +31,12 @@ import (
 //     second) and cuts the share by at least 1-Beta on each throttle. Every
 //     client of a server that starts throttling them cuts by the same
 //     factors, so they start with rates in proportion to their demands
-//     (fair), whatever the noise of a few first answers. The rate a cut
-//     sets is also the most the start sends until the next cut: the
-//     demand measured may rise after it (a young meter reads low) without
-//     undoing the cut.
+//     (fair), whatever the noise of a few first answers. A cut also sets a
+//     ceiling: the rate that drew the throttle (the rate its attempt was
+//     sent at, or the rate sent before the first throttle when measured
+//     over the last second) times the cut. The demand measured may rise
+//     after a cut, as a young meter does, without undoing it; the noise of
+//     a young meter's first reading stays in the ceiling.
 //   - Holding: a rate that draws no throttle is held; a throttle while
 //     holding means the server got tighter for this client (its capacity
 //     fell, or other clients took more), and cuts a fifth more than the
@@ -92,6 +94,9 @@ const (
 	margin = 0.03
 	// holdCut is the extra cut of a throttle that comes while holding.
 	holdCut = 0.2
+	// minShare is the least share of the demand a start keeps: below any
+	// MinRate, above 0, which marks the start's end.
+	minShare = 1e-9
 	// minKeep is the most one cut takes off (but for a run of throttles).
 	minKeep = 0.5
 	// prior is the answers a round counts before any: one throttle among
@@ -101,6 +106,9 @@ const (
 	// how long of a cut another throttle refines the estimate rather than
 	// counting as one while holding.
 	settle = 2 * time.Second
+	// recent: a send rate measured over at most this long is the rate
+	// sent at the first throttle, not an average over an idle spell.
+	recent = time.Second
 	// exactRound, exactAccepts: a round shorter than this, with at least
 	// this many answers accepted, started and ended with the server
 	// refusing, so its accepted count over its length is the rate the
@@ -199,8 +207,8 @@ type RateLimiter struct {
 	gap     time.Duration // the interval next was scheduled with
 	pause   time.Time     // no permit before (Retry-After)
 
-	share  float64       // while starting: the rate over the demand; 0 after
-	ceil   float64       // while starting: the rate of the last cut, the most it sends
+	share  float64       // while starting: the rate's share of the demand; 0 after
+	ceil   float64       // while starting: the most the rate may be; +Inf if none
 	level  float64       // after the start: the rate held
 	step   float64       // the next probe's step
 	period time.Duration // from one change of the level to the next probe
@@ -265,8 +273,8 @@ func (l *RateLimiter) Stats() RateLimiterStats {
 }
 
 // rateAt is the rate of the permit due at at, asked at now: the start's
-// share of the demand, or the level with its probe or ramp; at most twice
-// the demand, never below MinRate. Must hold mu.
+// share of the demand up to its ceiling, or the level with its probe or
+// ramp; at most twice the demand, never below MinRate. Must hold mu.
 func (l *RateLimiter) rateAt(at, now time.Time) float64 {
 	dem := l.demand.rate(now)
 	r := min(l.share*dem, l.ceil)
@@ -376,7 +384,11 @@ func (l *RateLimiter) startLimiting(now time.Time) {
 	var rate float64
 	span := minMeasure
 	sent := l.idleSent.Load()
-	if !l.markAt.IsZero() {
+	if l.markAt.IsZero() {
+		// Sent, but the first mark is not taken yet (a throttle of another
+		// goroutine's attempt came first): that many within minMeasure.
+		rate = float64(sent) / span.Seconds()
+	} else {
 		span = max(now.Sub(l.markAt), minMeasure)
 		rate = float64(sent-l.mark) / span.Seconds()
 	}
@@ -395,12 +407,15 @@ func (l *RateLimiter) startLimiting(now time.Time) {
 	}
 	l.answers, l.throttles = int(rate*span.Seconds()), 0
 	l.share, l.ceil = 1, math.Inf(1)
+	if span <= recent && rate > 0 {
+		l.ceil = rate // what was sent: the first cut's ceiling is below it
+	}
 	l.cutAt = now
 	l.limiting.Store(true)
 }
 
 // cut answers a throttle of the current round at now. Must hold mu.
-func (l *RateLimiter) cut(now time.Time) {
+func (l *RateLimiter) cut(now time.Time, slot time.Duration) {
 	l.advance(now)
 	refused := float64(l.throttles) / (float64(l.answers) + prior)
 	// The accepted rate: over the round when it was short and refused at
@@ -410,16 +425,22 @@ func (l *RateLimiter) cut(now time.Time) {
 		acc = float64(l.answers-l.throttles) / span.Seconds()
 	}
 	if l.share > 0 {
-		r := min(l.share*l.demand.rate(now), l.ceil) // the rate sent
+		// The rate now, and the rate that drew the throttle: the higher of
+		// it and the rate the attempt was sent at (the demand measured may
+		// have fallen since), or, for an attempt sent before the first
+		// throttle, the rate measured then if recent (see startLimiting).
+		r := min(l.share*l.demand.rate(now), l.ceil)
+		sent := math.Inf(1)
+		if slot > 0 {
+			sent = max(r, 1/slot.Seconds())
+		}
 		keep := 1 - refused
 		if r > 0 && now.Sub(l.cutAt) < exactRound && l.epoch > 0 && l.answers-l.throttles >= exactAccepts {
 			keep = min(keep, acc/r)
 		}
 		k := min(max(keep, minKeep), l.beta())
-		l.share *= k
-		if r > 0 { // nothing measured yet: no rate to hold to
-			l.ceil = r * k
-		}
+		l.share = max(l.share*k, minShare) // 0 would end the start
+		l.ceil = k * min(sent, l.ceil)
 	} else {
 		r, held := l.scheduled(now), l.level
 		est := min(r*(1-refused), acc)
@@ -547,12 +568,15 @@ func (l *RateLimiter) reserve(due, now, deadline time.Time, ask bool) (permit, b
 // before it. The next permit was scheduled at the rate of its time; when a
 // probe or a ramp back has raised the rate since, the wait shortens with
 // it, or a client cut to a low rate would wait out the long interval of
-// that rate before its ramp could send anything. (While starting, the rate
-// follows the demand, which every attempt asked moves: the permit keeps
-// the interval it was given.) Must hold mu.
+// that rate before its ramp could send anything. While starting with a
+// ceiling the permit keeps the interval it was given (the rate follows the
+// demand, which every attempt asked moves, up to the ceiling); without one
+// (the rate sent before the first throttle was not measured recently, and
+// the demand meter starts from an old average) the wait shortens as the
+// demand measured rises. Must hold mu.
 func (l *RateLimiter) due(now time.Time) time.Time {
 	next := l.next
-	if l.share == 0 && next.After(now) {
+	if (l.share == 0 || math.IsInf(l.ceil, 1)) && next.After(now) {
 		if iv := interval(l.rateAt(now, now)); iv < l.gap {
 			next = next.Add(iv - l.gap)
 		}
@@ -665,7 +689,7 @@ func (l *RateLimiter) answer(p *permit, pol *Policy, resp *http.Response, err er
 		l.pause = until
 	}
 	if p.epoch == l.epoch {
-		l.cut(now)
+		l.cut(now, p.slot)
 	}
 }
 

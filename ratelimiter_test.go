@@ -1131,3 +1131,122 @@ func TestTransportPausesOnRetryAfter(t *testing.T) {
 		}
 	})
 }
+
+// askEvery50ms asks the limiter for a permit every 50 ms for dur, each
+// request with a deadline of within, and answers 200 to every attempt
+// sent. It returns how many were sent.
+func askEvery50ms(t *testing.T, l *RateLimiter, dur, within time.Duration) int {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		sent int
+	)
+	d := driver{t, l}
+	for end := time.Now().Add(dur); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), within)
+			defer cancel()
+			var p permit
+			if err := l.acquire(ctx, &p); err != nil {
+				return
+			}
+			mu.Lock()
+			sent++
+			mu.Unlock()
+			d.answer(p, 200)
+		})
+	}
+	wg.Wait()
+	return sent
+}
+
+func TestLimiterStartsFromTheRateSent(t *testing.T) {
+	t.Run("after an idle spell, not from its average", func(t *testing.T) {
+		// One send, an hour idle, then 30 at 20/s and a 429: fewer sends
+		// than a mark's 64, so the rate measured is the hour's average. It
+		// must not become the start's ceiling.
+		run := func(idle time.Duration) (sent int) {
+			synctest.Test(t, func(t *testing.T) {
+				l := &RateLimiter{}
+				ok := &Transport{Base: rht.NewTransport(rht.Status(200)), Limiter: l, Policy: Policy{MaxAttempts: 1}}
+				roundTrip(t, ok, newReq(t, "GET", ""))
+				time.Sleep(idle)
+				for range 30 {
+					roundTrip(t, ok, newReq(t, "GET", ""))
+					time.Sleep(50 * time.Millisecond)
+				}
+				throttled := &Transport{Base: rht.NewTransport(rht.Status(429)), Limiter: l, Policy: Policy{MaxAttempts: 1}}
+				roundTrip(t, throttled, newReq(t, "GET", ""))
+				sent = askEvery50ms(t, l, 20*time.Second, time.Second)
+			})
+			return sent
+		}
+		idle, busy := run(time.Hour), run(50*time.Millisecond)
+		if idle < busy*3/4 {
+			t.Errorf("sent %d of 400 requests in the 20 s after one 429 (every one accepted) after an idle hour, %d without; want at least 3/4 as many", idle, busy)
+		}
+	})
+	t.Run("a throttle answered late, from the rate its attempt was sent at", func(t *testing.T) {
+		// A permit sent at 14.7/s is answered 429 1.9 s later, the demand
+		// measured having fallen meanwhile (nobody asked); the cut is from
+		// the 14.7/s, and when the demand comes back the start follows it.
+		synctest.Test(t, func(t *testing.T) {
+			l := &RateLimiter{}
+			d := startAt21(t, l)
+			p := d.take()
+			time.Sleep(1900 * time.Millisecond)
+			d.answer(p, http.StatusTooManyRequests)
+			if got, want := peek(l).share, 0.7*(1-1.0/3); !near(got, want) {
+				t.Fatalf("got a share of %v; want %v", got, want)
+			}
+			l.mu.Lock()
+			ceil := l.ceil
+			l.mu.Unlock()
+			if want := 0.7 * 21 * (1 - 1.0/3); !near(ceil, want) {
+				t.Errorf("got a ceiling of %v/s; want %v (2/3 of the 14.7/s the attempt was sent at)", ceil, want)
+			}
+			// (the 1.9 s answer makes the attempts' room 5.7 s: 10 s deadlines)
+			askEvery50ms(t, l, 6*time.Second, 10*time.Second)
+			s := peek(l)
+			if want := 0.5 * 0.7 * 2 / 3 * 20; s.share != 0 || s.level < want {
+				t.Errorf("the start ended on %v/s (share %v) after 6 s of a demand of 20/s; want at least %.2f/s", s.level, s.share, want)
+			}
+		})
+	})
+	t.Run("sends counted before the first mark", func(t *testing.T) {
+		// Another goroutine's 429 can reach the limiter between the count
+		// of the first send and its mark: the sends counted are the rate,
+		// over the shortest span measured.
+		synctest.Test(t, func(t *testing.T) {
+			l := &RateLimiter{}
+			l.idleSent.Add(2)
+			driver{t, l}.answer(permit{l: l}, 429)
+			if got, want := l.Rate(), 0.7*2/minMeasure.Seconds(); !near(got, want) {
+				t.Errorf("got %v permits/s; want %v (0.7 of 2 sends in 100 ms)", got, want)
+			}
+		})
+	})
+	t.Run("a share cut to nothing still starts", func(t *testing.T) {
+		// Halved round after round, the share would reach 0, which marks
+		// the end of the start, with no level set: the rate jumped back to
+		// the one sent before the first throttle.
+		synctest.Test(t, func(t *testing.T) {
+			l := &RateLimiter{MinRate: 100, Beta: 0.5}
+			d := driver{t, l}
+			for range 1200 { // 6 s at 200/s: remembered as a rate held
+				d.answer(d.take(), 200)
+				time.Sleep(5 * time.Millisecond)
+			}
+			worst := 0.0
+			for i := range 1500 {
+				d.answer(d.take(), 429)
+				if r := l.Rate(); i >= 20 && r > worst {
+					worst = r
+				}
+			}
+			if worst != 100 {
+				t.Errorf("the rate reached %v/s in a run of throttles, every attempt refused; want MinRate, 100/s", worst)
+			}
+		})
+	})
+}
