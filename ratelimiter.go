@@ -32,11 +32,12 @@ import (
 //     client of a server that starts throttling them cuts by the same
 //     factors, so they start with rates in proportion to their demands
 //     (fair), whatever the noise of a few first answers. A cut also sets a
-//     ceiling: the rate that drew the throttle (the rate its attempt was
-//     sent at, or the rate sent before the first throttle when measured
-//     over the last second) times the cut. The demand measured may rise
-//     after a cut, as a young meter does, without undoing it; the noise of
-//     a young meter's first reading stays in the ceiling.
+//     ceiling, lower than the one before: the rate that drew the throttle
+//     (the higher of the rate now and the rate its attempt was sent at, or
+//     for the first, the rate sent before it when measured over a whole
+//     window that began within the last second) times the cut. The demand
+//     measured may rise after a cut, as a young meter does, without undoing
+//     it.
 //   - Holding: a rate that draws no throttle is held; a throttle while
 //     holding means the server got tighter for this client (its capacity
 //     fell, or other clients took more), and cuts a fifth more than the
@@ -94,8 +95,8 @@ const (
 	margin = 0.03
 	// holdCut is the extra cut of a throttle that comes while holding.
 	holdCut = 0.2
-	// minShare is the least share of the demand a start keeps: below any
-	// MinRate, above 0, which marks the start's end.
+	// minShare is the least share of the demand a start keeps, so that it
+	// never reaches 0, which marks the start's end.
 	minShare = 1e-9
 	// minKeep is the most one cut takes off (but for a run of throttles).
 	minKeep = 0.5
@@ -106,8 +107,9 @@ const (
 	// how long of a cut another throttle refines the estimate rather than
 	// counting as one while holding.
 	settle = 2 * time.Second
-	// recent: a send rate measured over at most this long is the rate
-	// sent at the first throttle, not an average over an idle spell.
+	// recent: a send rate measured over a window that began at most this
+	// long before the first throttle is the rate sent then, not an average
+	// over an idle spell.
 	recent = time.Second
 	// exactRound, exactAccepts: a round shorter than this, with at least
 	// this many answers accepted, started and ended with the server
@@ -379,36 +381,43 @@ func (l *RateLimiter) countIdle(now time.Time) {
 // few sends; either way the other one reads the recent rate. What was sent
 // until then was accepted: it seeds the demand and accepted-rate meters and
 // the round's answers, and, sent for heldFor at least, is remembered as a
-// rate held. Must hold mu.
+// rate held. A rate measured over a whole window (not floored at
+// minMeasure) that began within the last second (recent) is the rate sent
+// at the throttle, and the first cut's ceiling is below it. Must hold mu.
 func (l *RateLimiter) startLimiting(now time.Time) {
 	var rate float64
 	span := minMeasure
+	from, whole := now, false // when the window measured began; whether it was measured whole
 	sent := l.idleSent.Load()
 	if l.markAt.IsZero() {
 		// Sent, but the first mark is not taken yet (a throttle of another
 		// goroutine's attempt came first): that many within minMeasure.
 		rate = float64(sent) / span.Seconds()
 	} else {
-		span = max(now.Sub(l.markAt), minMeasure)
+		w := now.Sub(l.markAt)
+		span = max(w, minMeasure)
 		rate = float64(sent-l.mark) / span.Seconds()
+		from, whole = l.markAt, w >= minMeasure
 	}
 	if !l.prevMarkAt.IsZero() {
-		s := max(l.markAt.Sub(l.prevMarkAt), minMeasure)
+		w := l.markAt.Sub(l.prevMarkAt)
+		s := max(w, minMeasure)
 		if r := float64(l.mark-l.prevMark) / s.Seconds(); r > rate {
 			rate, span = r, s
+			from, whole = l.prevMarkAt, w >= minMeasure
 		}
 	}
 	l.demand.seed(now, rate, span)
 	l.accepted.seed(now, rate, span)
-	if now.Sub(l.firstAt) >= heldFor {
+	if !l.firstAt.IsZero() && now.Sub(l.firstAt) >= heldFor {
 		// A rate sent unlimited for a while is one the server took: a
 		// rate to come back to, as one held.
 		l.high, l.highAt = rate, now
 	}
-	l.answers, l.throttles = int(rate*span.Seconds()), 0
+	l.answers, l.throttles = int(math.Round(rate*span.Seconds())), 0
 	l.share, l.ceil = 1, math.Inf(1)
-	if span <= recent && rate > 0 {
-		l.ceil = rate // what was sent: the first cut's ceiling is below it
+	if whole && now.Sub(from) <= recent && rate > 0 {
+		l.ceil = rate
 	}
 	l.cutAt = now
 	l.limiting.Store(true)
@@ -427,8 +436,8 @@ func (l *RateLimiter) cut(now time.Time, slot time.Duration) {
 	if l.share > 0 {
 		// The rate now, and the rate that drew the throttle: the higher of
 		// it and the rate the attempt was sent at (the demand measured may
-		// have fallen since), or, for an attempt sent before the first
-		// throttle, the rate measured then if recent (see startLimiting).
+		// have fallen since); for an attempt sent before the first
+		// throttle, the ceiling startLimiting measured, if any.
 		r := min(l.share*l.demand.rate(now), l.ceil)
 		sent := math.Inf(1)
 		if slot > 0 {
@@ -474,6 +483,12 @@ func (l *RateLimiter) cut(now time.Time, slot time.Duration) {
 	// already waiting take new permits (see acquire).
 	l.gap = interval(l.rateAt(now, now))
 	l.next = now.Add(l.gap)
+	if l.share > 0 && l.gap >= interval(l.minRate()) {
+		// A start's rate at MinRate measured no demand (an idle spell
+		// before the throttle): the first permit comes at once, and the
+		// ones after it follow the demand measured again (see due).
+		l.next = now
+	}
 }
 
 // A permit is an attempt's right to be sent, from a RateLimiter. It is a
@@ -487,6 +502,7 @@ type permit struct {
 	seq    uint64        // the permits given before it
 	slot   time.Duration // the interval it took; zero for an idle limiter's
 	gap    time.Duration // the limiter's gap before it, restored if it is canceled
+	prev   time.Time     // the limiter's next before it, restored if it is canceled
 	at     time.Time     // when it is due: when its attempt is sent
 	waited time.Duration // how long the attempt waited for it
 }
@@ -568,15 +584,13 @@ func (l *RateLimiter) reserve(due, now, deadline time.Time, ask bool) (permit, b
 // before it. The next permit was scheduled at the rate of its time; when a
 // probe or a ramp back has raised the rate since, the wait shortens with
 // it, or a client cut to a low rate would wait out the long interval of
-// that rate before its ramp could send anything. While starting with a
-// ceiling the permit keeps the interval it was given (the rate follows the
-// demand, which every attempt asked moves, up to the ceiling); without one
-// (the rate sent before the first throttle was not measured recently, and
-// the demand meter starts from an old average) the wait shortens as the
-// demand measured rises. Must hold mu.
+// that rate before its ramp could send anything. While starting, the rate
+// follows the demand, which every attempt asked moves, so the permit keeps
+// the interval it was given, unless that was MinRate's: a demand measured
+// as nothing (after an idle spell) is not a rate to wait out. Must hold mu.
 func (l *RateLimiter) due(now time.Time) time.Time {
 	next := l.next
-	if (l.share == 0 || math.IsInf(l.ceil, 1)) && next.After(now) {
+	if (l.share == 0 || l.gap >= interval(l.minRate())) && next.After(now) {
 		if iv := interval(l.rateAt(now, now)); iv < l.gap {
 			next = next.Add(iv - l.gap)
 		}
@@ -588,10 +602,10 @@ func (l *RateLimiter) due(now time.Time) time.Time {
 func (l *RateLimiter) give(at, now time.Time) permit {
 	l.advance(now)
 	iv := interval(l.rateAt(at, now))
-	gap := l.gap
+	gap, prev := l.gap, l.next
 	l.next, l.gap = at.Add(iv), iv
 	l.seq++
-	return permit{l: l, epoch: l.epoch, seq: l.seq, slot: iv, gap: gap, at: at}
+	return permit{l: l, epoch: l.epoch, seq: l.seq, slot: iv, gap: gap, prev: prev, at: at}
 }
 
 // permitted reports whether a permit at at, for an attempt due at due,
@@ -634,9 +648,10 @@ func (p *permit) cancel() {
 	now := time.Now()
 	l.mu.Lock()
 	if p.epoch == l.epoch && p.seq == l.seq {
-		// The next permit comes after the one before it again, at the
-		// interval that one was given with (see due).
-		l.next, l.gap = later(l.next.Add(-p.slot), now), p.gap
+		// The limiter is as before the permit was given: the next one
+		// comes after the one before it, at the interval that one was
+		// given with (see due).
+		l.next, l.gap = later(p.prev, now), p.gap
 	}
 	l.mu.Unlock()
 	*p = permit{}

@@ -619,8 +619,7 @@ func throttledOnce(lag time.Duration) (*rht.Transport, []rht.Step) {
 func TestTransportWaitsForPermits(t *testing.T) {
 	// One 429 starts the limiter at 7/s (0.7 x 1 send in its 100 ms
 	// minimum); each later request takes its permit one interval of the
-	// start's share (0.7) of the demand after the one before, at most the
-	// rate of the cut: the demand measured rises, the rate does not.
+	// start's share (0.7) of the demand after the one before.
 	synctest.Test(t, func(t *testing.T) {
 		base, _ := throttledOnce(0)
 		lim := &RateLimiter{}
@@ -654,8 +653,8 @@ func TestTransportWaitsForPermits(t *testing.T) {
 		for i := 2; i < 4; i++ { // each gap set when the request before asked
 			dem := meterRate(10, 0.1, asked[:i-1], asked[i-2])
 			gap := times[i].Time.Sub(times[i-1].Time)
-			if want := interval(max(min(0.7*dem, 7), DefaultLimiterMinRate)); gap != want {
-				t.Errorf("gap %d: got %v; want %v (0.7 of a demand of %.3f/s, at most 7/s)", i, gap, want, dem)
+			if want := interval(max(0.7*dem, DefaultLimiterMinRate)); gap != want {
+				t.Errorf("gap %d: got %v; want %v (0.7 of a demand of %.3f/s)", i, gap, want, dem)
 			}
 		}
 		if a := hooks[1]; a.PermitWait != seventh {
@@ -697,12 +696,8 @@ func TestTransportFailsFastWithoutPermit(t *testing.T) {
 					t.Errorf("request body closed %d times; want 1", body.closes)
 				}
 				rht.AssertAttempts(t, base, 1)
-				// The refused request asked: the demand rose, the rate
-				// stays at the cut's.
-				if dem := meterRate(10, 0.1, []float64{0}, 0); 0.7*dem <= 7 {
-					t.Fatalf("got a demand of %v/s; want one whose share is above the rate of the cut, for the test to mean anything", dem)
-				}
-				want := 7.0
+				// The refused request asked: the demand, and the rate, rose.
+				want := 0.7 * meterRate(10, 0.1, []float64{0}, 0)
 				if st := lim.Stats(); st.Cuts != 1 || st.Refused != 1 || !near(st.Rate, want) {
 					t.Errorf("got stats %+v; want 1 cut, 1 refused, rate %v", st, want)
 				}
@@ -1132,17 +1127,17 @@ func TestTransportPausesOnRetryAfter(t *testing.T) {
 	})
 }
 
-// askEvery50ms asks the limiter for a permit every 50 ms for dur, each
+// askEvery asks the limiter for a permit every period for dur, each
 // request with a deadline of within, and answers 200 to every attempt
 // sent. It returns how many were sent.
-func askEvery50ms(t *testing.T, l *RateLimiter, dur, within time.Duration) int {
+func askEvery(t *testing.T, l *RateLimiter, period, dur, within time.Duration) int {
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
 		sent int
 	)
 	d := driver{t, l}
-	for end := time.Now().Add(dur); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+	for end := time.Now().Add(dur); time.Now().Before(end); time.Sleep(period) {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), within)
 			defer cancel()
@@ -1177,7 +1172,7 @@ func TestLimiterStartsFromTheRateSent(t *testing.T) {
 				}
 				throttled := &Transport{Base: rht.NewTransport(rht.Status(429)), Limiter: l, Policy: Policy{MaxAttempts: 1}}
 				roundTrip(t, throttled, newReq(t, "GET", ""))
-				sent = askEvery50ms(t, l, 20*time.Second, time.Second)
+				sent = askEvery(t, l, 50*time.Millisecond, 20*time.Second, time.Second)
 			})
 			return sent
 		}
@@ -1206,7 +1201,7 @@ func TestLimiterStartsFromTheRateSent(t *testing.T) {
 				t.Errorf("got a ceiling of %v/s; want %v (2/3 of the 14.7/s the attempt was sent at)", ceil, want)
 			}
 			// (the 1.9 s answer makes the attempts' room 5.7 s: 10 s deadlines)
-			askEvery50ms(t, l, 6*time.Second, 10*time.Second)
+			askEvery(t, l, 50*time.Millisecond, 6*time.Second, 10*time.Second)
 			s := peek(l)
 			if want := 0.5 * 0.7 * 2 / 3 * 20; s.share != 0 || s.level < want {
 				t.Errorf("the start ended on %v/s (share %v) after 6 s of a demand of 20/s; want at least %.2f/s", s.level, s.share, want)
@@ -1248,5 +1243,192 @@ func TestLimiterStartsFromTheRateSent(t *testing.T) {
 				t.Errorf("the rate reached %v/s in a run of throttles, every attempt refused; want MinRate, 100/s", worst)
 			}
 		})
+	})
+}
+
+// ceilOf reads l's ceiling.
+func ceilOf(l *RateLimiter) float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ceil
+}
+
+// sendsThenThrottle sends n attempts through d every period, all accepted,
+// after one send and a pause of idle (none when zero), then one throttled.
+func sendsThenThrottle(d driver, idle time.Duration, n int, period time.Duration) {
+	if idle > 0 {
+		d.answer(d.take(), 200)
+		time.Sleep(idle)
+	}
+	for range n {
+		d.answer(d.take(), 200)
+		time.Sleep(period)
+	}
+	d.answer(d.take(), 429)
+}
+
+// TestLimiterFirstMeasure: the rate sent before the first throttle is a
+// ceiling for the start only when measured over a whole window that began
+// within the last second; otherwise the start follows the demand as it is
+// measured again, and nothing of an old measure is kept.
+func TestLimiterFirstMeasure(t *testing.T) {
+	t.Run("a throttle within minMeasure of the first send sets no ceiling", func(t *testing.T) {
+		// Whether a client's 10th send at 200/s (45 ms in) or its 22nd
+		// (105 ms in) is throttled, it goes on at a share of the same
+		// demand: a floored window reads low, and is not kept.
+		run := func(n int) (rate, ceil float64) {
+			synctest.Test(t, func(t *testing.T) {
+				l := &RateLimiter{}
+				sendsThenThrottle(driver{t, l}, 0, n-1, 5*time.Millisecond)
+				ceil = ceilOf(l)
+				askEvery(t, l, 5*time.Millisecond, time.Second, time.Second)
+				rate = l.Rate()
+			})
+			return rate, ceil
+		}
+		early, earlyCeil := run(10)
+		late, lateCeil := run(22)
+		if !math.IsInf(earlyCeil, 1) || !near(lateCeil, 0.7*22/0.105) {
+			t.Errorf("got ceilings %v and %v; want none, and 0.7 of the 22 sends in 105 ms", earlyCeil, lateCeil)
+		}
+		if early < late*3/4 {
+			t.Errorf("rate %v/s a second after a 429 at the 10th send of 200/s, %v/s after one at the 22nd; want at least 3/4 as much", early, late)
+		}
+	})
+	t.Run("a client whose first send is throttled is not pinned", func(t *testing.T) {
+		run := func(cold bool) (sent int) {
+			synctest.Test(t, func(t *testing.T) {
+				l := &RateLimiter{}
+				d := driver{t, l}
+				if cold {
+					d.answer(d.take(), 429)
+				} else {
+					sendsThenThrottle(d, 50*time.Millisecond, 30, 50*time.Millisecond)
+				}
+				sent = askEvery(t, l, 50*time.Millisecond, 20*time.Second, time.Second)
+			})
+			return sent
+		}
+		warm, cold := run(false), run(true)
+		if cold < warm*3/4 {
+			t.Errorf("a client whose first request drew a 429 sent %d of 400 in the next 20 s (every one accepted), one throttled 1.5 s in %d; want at least 3/4 as many", cold, warm)
+		}
+	})
+	t.Run("an hour-old measure sets no ceiling", func(t *testing.T) {
+		// 65 sends at 100/s an hour ago are a whole window between two
+		// marks, but not a recent one.
+		run := func(oldBurst int) (rate, ceil float64) {
+			synctest.Test(t, func(t *testing.T) {
+				l := &RateLimiter{}
+				d := driver{t, l}
+				for range oldBurst {
+					d.answer(d.take(), 200)
+					time.Sleep(10 * time.Millisecond)
+				}
+				sendsThenThrottle(d, time.Hour, 30, 5*time.Millisecond)
+				ceil = ceilOf(l)
+				askEvery(t, l, 5*time.Millisecond, 3*time.Second, time.Second)
+				rate = l.Rate()
+			})
+			return rate, ceil
+		}
+		fresh, _ := run(1)
+		stale, staleCeil := run(65)
+		if !math.IsInf(staleCeil, 1) {
+			t.Errorf("got a ceiling of %v/s from sends an hour old; want none", staleCeil)
+		}
+		if stale < fresh*3/4 {
+			t.Errorf("rate %v/s after 3 s of 200/s asked when 65 sends were measured an hour before, %v/s without them; want at least 3/4 as much", stale, fresh)
+		}
+	})
+	t.Run("sends counted before the first mark are not a rate held", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l := &RateLimiter{}
+			l.idleSent.Add(10)
+			driver{t, l}.answer(permit{l: l}, 429)
+			if h := peek(l).high; h != 0 {
+				t.Errorf("remembered %v/s as a rate held; want none: sends counted in an instant were not sent for %v", h, heldFor)
+			}
+		})
+	})
+	t.Run("the first cut is Beta whatever the lag of the answer", func(t *testing.T) {
+		// The answers the first round is seeded with are the sends
+		// measured, rounded: 1/0.104 s times 0.104 s is one, not zero.
+		for _, lag := range []time.Duration{100, 103, 104, 105} {
+			synctest.Test(t, func(t *testing.T) {
+				l := &RateLimiter{}
+				d := driver{t, l}
+				p := d.take()
+				time.Sleep(lag * time.Millisecond)
+				d.answer(p, 429)
+				if got := peek(l).share; got != DefaultLimiterBeta {
+					t.Errorf("first send throttled after %v ms: share %v; want %v", lag, got, DefaultLimiterBeta)
+				}
+			})
+		}
+	})
+	t.Run("a throttled request's retry after an idle spell", func(t *testing.T) {
+		// The first cut after an idle spell must not schedule the next
+		// permit at the idle average's interval: the request's retry,
+		// with 5 s left, gets one.
+		for _, idle := range []time.Duration{50 * time.Millisecond, time.Hour} {
+			t.Run(idle.String(), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					l := &RateLimiter{}
+					d := driver{t, l}
+					d.answer(d.take(), 200)
+					time.Sleep(idle)
+					for range 30 {
+						d.answer(d.take(), 200)
+						time.Sleep(50 * time.Millisecond)
+					}
+					base := rht.NewTransport(rht.Status(429), rht.Status(200))
+					tr := &Transport{Base: base, Limiter: l, Policy: Policy{Rand: lowRand, Timeout: 5 * time.Second}}
+					if code, _, err := roundTrip(t, tr, newReq(t, "GET", "")); code != 200 || err != nil {
+						t.Errorf("got (%d, %v) for a request throttled once, with a 5 s deadline; want its retry's 200", code, err)
+					}
+				})
+			})
+		}
+	})
+}
+
+func TestCanceledPermitRestoresTheSchedule(t *testing.T) {
+	// Five permits queued at 10/s (the demand cap); the demand doubles, so
+	// the next one, B, comes sooner (due) and is canceled. The limiter must be
+	// as before B was given: the permit after it comes after the last one
+	// still held (a cancel that rolled back B's shortened slot let it come
+	// before).
+	synctest.Test(t, func(t *testing.T) {
+		l := &RateLimiter{}
+		holdAt(l, 100, time.Hour)
+		t0 := time.Now()
+		l.mu.Lock()
+		l.demand.seed(t0, 5, time.Hour)
+		l.mu.Unlock()
+		var last permit
+		for range 5 {
+			p, ok := l.reserve(t0, t0, time.Time{}, false)
+			if !ok {
+				t.Fatal("refused")
+			}
+			last = p
+		}
+		l.mu.Lock()
+		l.demand.seed(t0, 10, time.Hour)
+		before := l.next
+		l.mu.Unlock()
+		b, ok := l.reserve(t0, t0, time.Time{}, false)
+		if !ok || !b.at.Before(before) {
+			t.Fatalf("B at +%v (given: %v); want before +%v, sooner as the rate rose, for the test to mean anything", b.at.Sub(t0), ok, before.Sub(t0))
+		}
+		b.cancel()
+		if got := peek(l).next; !got.Equal(before) {
+			t.Errorf("next permit at +%v after B was canceled; want +%v, as before B", got.Sub(t0), before.Sub(t0))
+		}
+		c, _ := l.reserve(t0, t0, time.Time{}, false)
+		if !c.at.After(last.at) {
+			t.Errorf("C's permit at +%v; want after the last one held, at +%v", c.at.Sub(t0), last.at.Sub(t0))
+		}
 	})
 }
