@@ -47,10 +47,14 @@ import (
 //     demand (equal steps for equal demands, a pull toward equal shares).
 //     A throttle soon after a step takes it back, and the next probe waits
 //     twice as long (up to Recovery); a step that holds is kept, and the
-//     next comes twice as soon (down to a tenth of Recovery).
+//     next comes twice as soon (down to a tenth of Recovery). Steps kept
+//     in a row past the rate the last throttle came at mean the capacity
+//     grew: from the second on, each doubles the next (up to 32 times), so
+//     that a capacity that rose without falling first is found in a few
+//     steps.
 //   - Coming back: a limiter remembers the rate it held before a deep cut
 //     (or sent, unlimited, for 5 s before its first throttle); while far
-//     below it, it ramps back up every two seconds, fast, and keeps the old
+//     below it, it ramps back up every 1.5 s, fast, and keeps the old
 //     rate if the ramp reaches it. A capacity that returns is
 //     found within seconds; one that does not costs one throttle a ramp,
 //     and the ramps stop after a few tries per halving of the rate.
@@ -119,6 +123,10 @@ const (
 	exactAccepts = 4
 	// probeStep is a probe's step, as a share of the demand.
 	probeStep = 0.02
+	// maxDoublings: past the rate the last throttle came at, each step
+	// kept in a row after the first doubles the next, up to this many
+	// times.
+	maxDoublings = 5
 	// firstProbe is the wait for the first probe after the start.
 	firstProbe = 500 * time.Millisecond
 	// blame is how long after its step a throttle takes the step back.
@@ -133,7 +141,7 @@ const (
 	// rampWait and rampTau: a ramp back starts this long after the last
 	// change and grows e-fold every rampTau; rampTries is how many ramps
 	// are tried per halving of the rate.
-	rampWait  = 2 * time.Second
+	rampWait  = 1500 * time.Millisecond
 	rampTau   = 0.3
 	rampTries = 3.0
 	// queuePermits bounds the wait for a permit at this many permits'
@@ -211,12 +219,15 @@ type RateLimiter struct {
 
 	share  float64       // while starting: the rate's share of the demand; 0 after
 	ceil   float64       // while starting: the most the rate may be; +Inf if none
+	stale  bool          // until the first cut's round ends: the start was seeded with an old average
 	level  float64       // after the start: the rate held
 	step   float64       // the next probe's step
 	period time.Duration // from one change of the level to the next probe
 	change time.Time     // when the level last changed
 	cutAt  time.Time     // when the last cut was made
 
+	top    float64   // the rate the last throttle came at
+	above  int       // probe steps kept in a row since the level passed top
 	high   float64   // the rate held before a deep cut, fading
 	highAt time.Time // when high was last updated
 	ramps  int       // ramps back to high that failed
@@ -345,6 +356,9 @@ func (l *RateLimiter) advance(now time.Time) {
 			return
 		}
 		l.level += l.step
+		if l.level > l.top {
+			l.above++
+		}
 		l.change = at
 		l.period = max(l.recovery()/10, l.period/2)
 		l.step = l.probeStep(now)
@@ -352,9 +366,14 @@ func (l *RateLimiter) advance(now time.Time) {
 }
 
 // probeStep is the size of a probe: a share of the demand, or of the level
-// when the demand is lower. Must hold mu.
+// when the demand is lower, doubled for each step kept in a row above the
+// rate of the last throttle but the first. Must hold mu.
 func (l *RateLimiter) probeStep(now time.Time) float64 {
-	return probeStep * max(l.demand.rate(now), l.level)
+	// Steps kept in a row past the rate that drew the last throttle mean
+	// the capacity grew: the steps double, so that it is found in a few
+	// rather than at a fiftieth of the demand each.
+	doublings := min(max(l.above-1, 0), maxDoublings)
+	return probeStep * max(l.demand.rate(now), l.level) * float64(int(1)<<doublings)
 }
 
 // countIdle counts a send of an idle limiter, at now if known; every
@@ -419,6 +438,10 @@ func (l *RateLimiter) startLimiting(now time.Time) {
 	if whole && now.Sub(from) <= recent && rate > 0 {
 		l.ceil = rate
 	}
+	// A window that began long before the throttle (an idle spell in it)
+	// gives an average, not the rate sent now: the start is stale until
+	// the demand is measured again.
+	l.stale = now.Sub(from) > recent
 	l.cutAt = now
 	l.limiting.Store(true)
 }
@@ -440,7 +463,7 @@ func (l *RateLimiter) cut(now time.Time, slot time.Duration) {
 		// throttle, the ceiling startLimiting measured, if any.
 		r := min(l.share*l.demand.rate(now), l.ceil)
 		sent := math.Inf(1)
-		if slot > 0 {
+		if slot > 0 && !l.stale { // a stale start's slot is an old average's
 			sent = max(r, 1/slot.Seconds())
 		}
 		keep := 1 - refused
@@ -449,6 +472,7 @@ func (l *RateLimiter) cut(now time.Time, slot time.Duration) {
 		}
 		k := min(max(keep, minKeep), l.beta())
 		l.share = max(l.share*k, minShare) // 0 would end the start
+		l.top = r
 		l.ceil = k * min(sent, l.ceil)
 	} else {
 		r, held := l.scheduled(now), l.level
@@ -462,11 +486,14 @@ func (l *RateLimiter) cut(now time.Time, slot time.Duration) {
 			l.ramps++ // the ramp found no room: back to the level
 		case !l.far() && dt >= l.period:
 			l.period = min(l.recovery(), 2*l.period) // the step found no room: back to the level
+			l.top = l.level + l.step
 		case now.Sub(l.cutAt) < settle:
 			l.level = min(max(est*(1-margin), minKeep*r), r*(1-margin))
 		default:
 			l.level = min(r, est) * min(max(1-refused, minKeep), 1-holdCut)
+			l.top = r
 		}
+		l.above = 0
 		h := l.high * math.Exp(-now.Sub(l.highAt).Seconds()/forget)
 		if now.Sub(l.cutAt) >= heldFor && held > h {
 			h, l.ramps = held, 0
@@ -483,10 +510,11 @@ func (l *RateLimiter) cut(now time.Time, slot time.Duration) {
 	// already waiting take new permits (see acquire).
 	l.gap = interval(l.rateAt(now, now))
 	l.next = now.Add(l.gap)
-	if l.share > 0 && l.gap >= interval(l.minRate()) {
-		// A start's rate at MinRate measured no demand (an idle spell
-		// before the throttle): the first permit comes at once, and the
-		// ones after it follow the demand measured again (see due).
+	l.stale = l.stale && l.epoch == 1
+	if l.share > 0 && (l.stale || l.demand.rate(now) == 0) {
+		// A start with no demand measured, or an old average of it: the
+		// first permit comes at once, and the ones after it follow the
+		// demand as it is measured again (see due).
 		l.next = now
 	}
 }
@@ -535,7 +563,10 @@ func (l *RateLimiter) acquire(ctx context.Context, into *permit) error {
 			}
 			slept = true
 			if !l.valid(&p) {
-				continue // cut or paused while waiting: the slot went with it
+				// Cut or paused while waiting: a cut voided the slot; a
+				// pause's is given back, and a new permit is taken.
+				p.cancel()
+				continue
 			}
 		}
 		if slept {
@@ -586,11 +617,11 @@ func (l *RateLimiter) reserve(due, now, deadline time.Time, ask bool) (permit, b
 // it, or a client cut to a low rate would wait out the long interval of
 // that rate before its ramp could send anything. While starting, the rate
 // follows the demand, which every attempt asked moves, so the permit keeps
-// the interval it was given, unless that was MinRate's: a demand measured
-// as nothing (after an idle spell) is not a rate to wait out. Must hold mu.
+// the interval it was given, unless the start is stale: an old average of
+// the demand is not a rate to wait out. Must hold mu.
 func (l *RateLimiter) due(now time.Time) time.Time {
 	next := l.next
-	if (l.share == 0 || l.gap >= interval(l.minRate())) && next.After(now) {
+	if (l.share == 0 || l.stale) && next.After(now) {
 		if iv := interval(l.rateAt(now, now)); iv < l.gap {
 			next = next.Add(iv - l.gap)
 		}
@@ -633,12 +664,13 @@ func (l *RateLimiter) valid(p *permit) bool {
 }
 
 // cancel gives back the slot of a permit whose attempt will not be sent, as
-// x/time/rate's Reservation.Cancel does: if no permit was given after it,
-// the next one comes one interval sooner, never before now. A slot with
-// later permits behind it stays taken: giving it back would let the next
-// permit come right after the one before it, a burst. A permit of a round
-// since cut holds no slot (the cut voided it), nor does an idle limiter's.
-// It empties p.
+// x/time/rate's Reservation.Cancel does: if no permit was given after it
+// (or every one given after it was canceled), the limiter's schedule is
+// as before it was given, never before now. A slot with later permits
+// behind it stays taken: giving it back would let the next permit come
+// right after the one before it, a burst. A permit of a round since cut
+// holds no slot (the cut voided it), nor does an idle limiter's. It
+// empties p.
 func (p *permit) cancel() {
 	l := p.l
 	if l == nil || p.slot == 0 {
@@ -650,8 +682,9 @@ func (p *permit) cancel() {
 	if p.epoch == l.epoch && p.seq == l.seq {
 		// The limiter is as before the permit was given: the next one
 		// comes after the one before it, at the interval that one was
-		// given with (see due).
+		// given with (see due), and that one is the last given again.
 		l.next, l.gap = later(p.prev, now), p.gap
+		l.seq--
 	}
 	l.mu.Unlock()
 	*p = permit{}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -402,23 +403,24 @@ func TestLimiterRampsBack(t *testing.T) {
 		})
 	})
 	t.Run("a ramp shortens the wait for the next permit", func(t *testing.T) {
-		// A permit taken 1.95 s after the cut, at 5/s, puts the next one
-		// 200 ms later, at 2.15 s. The ramp starts at 2 s: the next permit
-		// comes one interval of the ramp's rate after the last, 1/(5e^(1/6))
-		// s at 2.05 s (not yet: 2.119 s), 1/(5e^(1/3)) s at 2.1 s (2.093 s:
-		// now), and not at the interval it was scheduled with.
+		// A permit taken 50 ms before the ramp starts (rampWait after the
+		// cut), at 5/s, puts the next one 200 ms later, at rampWait+150ms.
+		// The next permit comes one interval of the ramp's rate after the
+		// last: 1/(5e^(1/6)) s at rampWait+50ms (not yet: +119 ms),
+		// 1/(5e^(1/3)) s at rampWait+100ms (+93 ms: now), and not at the
+		// interval it was scheduled with.
 		synctest.Test(t, func(t *testing.T) {
 			l := &RateLimiter{}
 			deep(t, l)
 			cut := time.Now()
-			time.Sleep(1950 * time.Millisecond)
+			time.Sleep(rampWait - 50*time.Millisecond)
 			if _, ok := l.tryAcquire(time.Now()); !ok {
-				t.Fatal("no permit 1.95 s after the cut at 5/s")
+				t.Fatal("no permit 50 ms before the ramp, at 5/s")
 			}
 			for _, tc := range []struct {
 				at   time.Duration
 				want bool
-			}{{2050 * time.Millisecond, false}, {2100 * time.Millisecond, true}} {
+			}{{rampWait + 50*time.Millisecond, false}, {rampWait + 100*time.Millisecond, true}} {
 				time.Sleep(cut.Add(tc.at).Sub(time.Now()))
 				if _, got := l.tryAcquire(time.Now()); got != tc.want {
 					t.Errorf("got a permit %v at %v after the cut; want %v", got, tc.at, tc.want)
@@ -1430,5 +1432,267 @@ func TestCanceledPermitRestoresTheSchedule(t *testing.T) {
 		if !c.at.After(last.at) {
 			t.Errorf("C's permit at +%v; want after the last one held, at +%v", c.at.Sub(t0), last.at.Sub(t0))
 		}
+	})
+}
+
+// TestLimiterThrottledThroughoutKeepsMinRate: a client every attempt of
+// which is throttled sends at MinRate once its start has cut its share
+// below it, not one attempt per answer.
+func TestLimiterThrottledThroughoutKeepsMinRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &RateLimiter{}
+		d := driver{t, l}
+		for range 20 { // 20/s, accepted, for a second
+			d.answer(d.take(), 200)
+			time.Sleep(50 * time.Millisecond)
+		}
+		start := time.Now()
+		sent := 0
+		for time.Since(start) < 60*time.Second {
+			p := d.take()
+			time.Sleep(10 * time.Millisecond) // the answer's latency
+			d.answer(p, 429)
+			sent++
+		}
+		// The share falls 0.7 a cut; once the rate is below 0.5/s, its
+		// interval is longer than the start's 2 s, the start ends, and
+		// the holding limiter halves to the 0.1/s floor.
+		if max := 40; sent > max {
+			t.Errorf("sent %d attempts in 60 s, every one throttled; want at most %d", sent, max)
+		}
+	})
+}
+
+// TestLimiterStartAtMinRateSpacesPermits: MinRate 50 above the start's share of a
+// demand of about 10/s. Every cut of the start then finds its gap equal to
+// MinRate's interval; that is not "no demand measured": the next permit
+// comes one interval of the rate after the cut, so a client whose every
+// attempt is throttled 1 ms after it is sent gets one each 21 ms, not one
+// each millisecond (it did when a gap of MinRate's interval was taken for
+// an unmeasured start).
+func TestLimiterStartAtMinRateSpacesPermits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &RateLimiter{MinRate: 50}
+		d := driver{t, l}
+		sendsThenThrottle(d, 0, 10, 100*time.Millisecond) // 11 sends at 10/s, the 11th throttled
+		if s := peek(l); s.share == 0 || s.epoch != 1 {
+			t.Fatalf("got share %v, %d cuts; want a start after 1 cut", s.share, s.epoch)
+		}
+		if got := l.Rate(); got != 50 {
+			t.Fatalf("got a rate of %v/s; want MinRate, 50/s (0.7 of a demand of 11/s is below it)", got)
+		}
+		var first, last time.Time
+		for i := range 10 {
+			p := d.take()
+			if i == 0 {
+				first = p.at
+			}
+			last = p.at
+			time.Sleep(time.Millisecond)
+			d.answer(p, 429) // a throttle of the current round: a cut
+		}
+		if s := peek(l); s.share == 0 || s.epoch != 11 {
+			t.Fatalf("got share %v, %d cuts; want still starting, 11 cuts", s.share, s.epoch)
+		}
+		if got := l.Rate(); got != 50 {
+			t.Fatalf("got a rate of %v/s; want 50/s", got)
+		}
+		// 10 permits at 50/s, each one interval of the rate after the cut
+		// before it: 9 x (1 ms + 20 ms) from the first to the last.
+		if got, want := last.Sub(first), 9*(time.Millisecond+interval(50)); got != want {
+			t.Errorf("10 permits in %v at a rate of 50/s; want %v (the permit after a cut one interval after it)", got, want)
+		}
+	})
+}
+
+// TestLimiterRetryAfterAnyIdleSpell: TestLimiterFirstMeasure's "a throttled
+// request's retry after an idle spell" with other idle spells and MinRates.
+// A start measured over a window that began long ago (an idle average) is
+// not measured: after 150 s idle, 32 sends over 151.5 s read 0.211/s, and
+// a first cut scheduled at 0.7 of it put the retry's permit 6.76 s away,
+// past its 5 s deadline; only a rate at MinRate was taken for unmeasured.
+func TestLimiterRetryAfterAnyIdleSpell(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		idle    time.Duration
+		minRate float64
+	}{
+		{"150s idle", 150 * time.Second, 0},
+		{"200s idle", 200 * time.Second, 0},
+		{"1h idle, MinRate 0.001", time.Hour, 0.001},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := &RateLimiter{MinRate: tc.minRate}
+				d := driver{t, l}
+				d.answer(d.take(), 200)
+				time.Sleep(tc.idle)
+				for range 30 {
+					d.answer(d.take(), 200)
+					time.Sleep(50 * time.Millisecond)
+				}
+				base := rht.NewTransport(rht.Status(429), rht.Status(200))
+				tr := &Transport{Base: base, Limiter: l, Policy: Policy{Rand: lowRand, Timeout: 5 * time.Second}}
+				if code, _, err := roundTrip(t, tr, newReq(t, "GET", "")); code != 200 || err != nil {
+					t.Errorf("got (%d, %v) for a request throttled once after %v idle, with a 5 s deadline; want its retry's 200", code, err, tc.idle)
+				}
+			})
+		})
+	}
+}
+
+// TestLimiterIdleSpellDoesNotPinTheStart: the idle spell's average, kept
+// out of the first ceiling, must not come back through the second. After
+// an hour idle the first permit after the cut has the slot of 0.7 of a
+// demand seeded with the hour's average and one ask (0.71/s); that slot is
+// not the rate the attempt was sent at (it was sent at once), so when it is
+// throttled too the ceiling is not 2/3 of it (0.47/s, against 10.2/s for
+// the same sends without the idle spell; the start sent a sixth as much).
+func TestLimiterIdleSpellDoesNotPinTheStart(t *testing.T) {
+	run := func(idle time.Duration) (sent int, ceil float64) {
+		synctest.Test(t, func(t *testing.T) {
+			l := &RateLimiter{}
+			d := driver{t, l}
+			d.answer(d.take(), 200)
+			time.Sleep(idle)
+			for range 30 {
+				d.answer(d.take(), 200)
+				time.Sleep(50 * time.Millisecond)
+			}
+			d.answer(d.take(), 429)
+			d.answer(d.take(), 429) // the first permit after the cut, throttled too
+			ceil = ceilOf(l)
+			sent = askEvery(t, l, 50*time.Millisecond, 20*time.Second, time.Second)
+		})
+		return sent, ceil
+	}
+	busy, busyCeil := run(50 * time.Millisecond)
+	idle, idleCeil := run(time.Hour)
+	if idleCeil < busyCeil*3/4 {
+		t.Errorf("got a ceiling of %v/s after an hour idle, %v/s without; want at least 3/4 as much (the idle average is not the rate sent)", idleCeil, busyCeil)
+	}
+	if idle < busy*3/4 {
+		t.Errorf("sent %d of 400 in the 20 s after two 429s after an idle hour, %d without; want at least 3/4 as many", idle, busy)
+	}
+}
+
+// TestCanceledWaitersGiveBackEverySlot: A, B and C wait for the permits at 100,
+// 200 and 300 ms (10/s) and give up in turn, the last first. C's cancel
+// restores the schedule as before C; B is then the most recent permit left,
+// and its cancel, then A's, restore the schedule as before each.
+// Nothing is held: D, asking at 10 ms with 250 ms left, gets the permit at
+// 100 ms (it was refused when only the last cancel restored the schedule).
+// x/time/rate, the model cancel cites, restores all three when they are
+// canceled last first.
+func TestCanceledWaitersGiveBackEverySlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &RateLimiter{}
+		holdAt(l, 10, time.Hour)
+		d := driver{t, l}
+		d.take() // at once; the next permit is due at 100 ms
+		start := time.Now()
+		var wg sync.WaitGroup
+		cancels := make([]context.CancelFunc, 3)
+		for i := range cancels {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancels[i] = cancel
+			wg.Go(func() {
+				var p permit
+				if err := l.acquire(ctx, &p); !errors.Is(err, context.Canceled) {
+					t.Errorf("waiter %d: got %v; want canceled", i, err)
+				}
+			})
+			synctest.Wait() // in order: A, B, C
+		}
+		time.Sleep(10 * time.Millisecond)
+		for i := len(cancels) - 1; i >= 0; i-- { // C, B, A
+			cancels[i]()
+			synctest.Wait()
+		}
+		wg.Wait()
+		if got, want := peek(l).next.Sub(start), 100*time.Millisecond; got != want {
+			t.Errorf("next permit at +%v after every waiter gave up; want +%v, as before A", got, want)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+		defer cancel()
+		var p permit
+		err := l.acquire(ctx, &p)
+		if err != nil || time.Since(start) != 100*time.Millisecond {
+			t.Errorf("D: got %v at +%v; want a permit at +100ms", err, time.Since(start))
+		}
+	})
+}
+
+// TestPauseVoidedSlotIsGivenBack: at 1/s, W waits for the permit at
+// 1 s when a 429 of a round already cut for asks for 1 s more (a pause to
+// 1.5 s). W wakes inside the pause: its slot is void, and given back, so
+// W's next permit comes at the pause's end, 1.5 s, not one interval after
+// the void slot, at 2 s.
+func TestPauseVoidedSlotIsGivenBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &RateLimiter{}
+		holdAt(l, 1, time.Hour)
+		d := driver{t, l}
+		d.take() // at once; the next permit is due at 1 s
+		start := time.Now()
+		var wg sync.WaitGroup
+		var took time.Duration
+		wg.Go(func() {
+			d.take()
+			took = time.Since(start)
+		})
+		synctest.Wait()
+		time.Sleep(500 * time.Millisecond)
+		d.answer(permit{l: l, epoch: 0}, 429, "Retry-After", "1") // no cut, a pause to 1.5 s
+		wg.Wait()
+		if want := 1500 * time.Millisecond; took != want {
+			t.Errorf("W sent after %v; want %v, at the pause's end", took, want)
+		}
+	})
+}
+
+// TestLimiterStepsDoublePastTheLastThrottle: probe steps kept in a row past
+// the rate the last throttle came at double from the second on, up to 32
+// times a fiftieth of the demand; below that rate they do not; a throttle
+// takes the step back and the next is a fiftieth again.
+func TestLimiterStepsDoublePastTheLastThrottle(t *testing.T) {
+	// holdAt(10) with no demand asked: each step is a fiftieth of the
+	// level, and one is kept every 2 s (Recovery/10).
+	run := func(t *testing.T, top float64, keeps int) (l *RateLimiter, got []float64) {
+		l = &RateLimiter{}
+		holdAt(l, 10, 2*time.Second)
+		l.mu.Lock()
+		l.change, l.top = time.Now(), top
+		l.step = l.probeStep(time.Now())
+		l.mu.Unlock()
+		time.Sleep(blame)
+		for range keeps {
+			time.Sleep(2 * time.Second)
+			l.mu.Lock()
+			l.advance(time.Now())
+			got = append(got, math.Round(l.step/(probeStep*l.level)*1000)/1000)
+			l.mu.Unlock()
+		}
+		return l, got
+	}
+	t.Run("past the last throttle", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l, got := run(t, 10, 8)
+			if want := []float64{1, 2, 4, 8, 16, 32, 32, 32}; !reflect.DeepEqual(got, want) {
+				t.Errorf("got steps of %v fiftieths of the level; want %v", got, want)
+			}
+			driver{t, l}.answer(permit{l: l, epoch: peek(l).epoch}, 429)
+			if s := peek(l); s.step != probeStep*max(l.demand.rate(time.Now()), s.level) {
+				t.Errorf("after a throttle: got a step of %v at level %v; want a fiftieth", s.step, s.level)
+			}
+		})
+	})
+	t.Run("below it", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			_, got := run(t, 20, 4)
+			if want := []float64{1, 1, 1, 1}; !reflect.DeepEqual(got, want) {
+				t.Errorf("got steps of %v fiftieths of the level; want %v", got, want)
+			}
+		})
 	})
 }
