@@ -47,11 +47,11 @@ import (
 //     demand (equal steps for equal demands, a pull toward equal shares).
 //     A throttle soon after a step takes it back, and the next probe waits
 //     twice as long (up to Recovery); a step that holds is kept, and the
-//     next comes twice as soon (down to a tenth of Recovery). Steps kept
-//     in a row past the rate the last throttle came at mean the capacity
-//     grew: from the second on, each doubles the next (up to 32 times), so
-//     that a capacity that rose without falling first is found in a few
-//     steps.
+//     next comes twice as soon (down to a tenth of Recovery); a step past
+//     twice the demand was not tried, and is not kept. Steps kept in a row
+//     past the rate the last throttle came at mean the capacity grew: from
+//     the second on, each doubles the next (up to 32 times), so that a
+//     capacity that rose without falling first is found in a few steps.
 //   - Coming back: a limiter remembers the rate it held before a deep cut
 //     (or sent, unlimited, for 5 s before its first throttle); while far
 //     below it, it ramps back up every 1.5 s, fast, and keeps the old
@@ -335,6 +335,11 @@ func (l *RateLimiter) advance(now time.Time) {
 		}
 		l.level = max(min(l.share*l.demand.rate(now), l.ceil), l.minRate())
 		l.share = 0
+		if l.top == 0 {
+			// Every cut of the start was a stale one's: the throttle came
+			// at the rate sent then, the demand.
+			l.top = l.demand.rate(now)
+		}
 		l.change, l.period = now, firstProbe
 		l.step = l.probeStep(now)
 	}
@@ -354,6 +359,12 @@ func (l *RateLimiter) advance(now time.Time) {
 		at := l.change.Add(l.period)
 		if now.Sub(at) < blame {
 			return
+		}
+		if l.level+l.step > demandCap*l.demand.rate(now) {
+			// The demand never reached the step: nothing was sent to
+			// test it, and it is not kept.
+			l.change = at
+			continue
 		}
 		l.level += l.step
 		if l.level > l.top {
@@ -472,7 +483,9 @@ func (l *RateLimiter) cut(now time.Time, slot time.Duration) {
 		}
 		k := min(max(keep, minKeep), l.beta())
 		l.share = max(l.share*k, minShare) // 0 would end the start
-		l.top = r
+		if !l.stale {
+			l.top = r // (a stale start's rate is an old average's, not the rate sent)
+		}
 		l.ceil = k * min(sent, l.ceil)
 	} else {
 		r, held := l.scheduled(now), l.level
@@ -484,6 +497,7 @@ func (l *RateLimiter) cut(now time.Time, slot time.Duration) {
 		switch {
 		case l.far() && dt >= rampWait:
 			l.ramps++ // the ramp found no room: back to the level
+			l.top = r
 		case !l.far() && dt >= l.period:
 			l.period = min(l.recovery(), 2*l.period) // the step found no room: back to the level
 			l.top = l.level + l.step
@@ -641,12 +655,14 @@ func (l *RateLimiter) give(at, now time.Time) permit {
 
 // permitted reports whether a permit at at, for an attempt due at due,
 // asked at now, leaves room for the attempt before deadline (if not zero),
-// comes within MaxWait and within queuePermits of the rate. Must hold mu.
+// comes within MaxWait and within queuePermits of the rate: the lower of
+// the rate now and at the permit's time, as a ramp or a probe that starts
+// during the wait makes the wait no longer. Must hold mu.
 func (l *RateLimiter) permitted(at, due, now, deadline time.Time) bool {
 	wait := at.Sub(due)
 	return (deadline.IsZero() || at.Add(l.room()).Before(deadline)) &&
 		(l.MaxWait <= 0 || wait <= l.MaxWait) &&
-		wait.Seconds()*l.rateAt(at, now) <= queuePermits
+		wait.Seconds()*min(l.rateAt(at, now), l.rateAt(now, now)) <= queuePermits
 }
 
 // room is the time an attempt is expected to take: the smoothed latency

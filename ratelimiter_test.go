@@ -250,7 +250,13 @@ func TestLimiterSettles(t *testing.T) {
 		if before != s.level || after != s.level+s.step {
 			t.Errorf("got %v just before the probe and %v at it; want %v and %v", before, after, s.level, s.level+s.step)
 		}
-		time.Sleep(firstProbe + blame)
+		// Asked for at 20/s meanwhile: the step is within twice the
+		// demand, so it was tried.
+		for end := now.Add(firstProbe + blame); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+			l.mu.Lock()
+			l.demand.add(time.Now())
+			l.mu.Unlock()
+		}
 		l.mu.Lock()
 		l.advance(time.Now())
 		l.mu.Unlock()
@@ -435,9 +441,20 @@ func TestLimiterRampsBack(t *testing.T) {
 			tries := int(math.Ceil(3 * math.Log2(20))) // 13
 			for i := range tries {
 				time.Sleep(rampWait + 100*time.Millisecond)
+				l.mu.Lock()
+				r := l.scheduled(time.Now())
+				l.mu.Unlock()
 				d.answer(permit{l: l, epoch: peek(l).epoch}, 429)
 				if s := peek(l); s.level != 5 || s.ramps != i+1 {
 					t.Fatalf("ramp %d: got level %v, %d failed; want 5, %d", i+1, s.level, s.ramps, i+1)
+				}
+				// The ramp's rate is the rate the last throttle came at:
+				// probe steps past it double.
+				l.mu.Lock()
+				top := l.top
+				l.mu.Unlock()
+				if top != r {
+					t.Fatalf("ramp %d: got top %v; want the ramp's rate, %v", i+1, top, r)
 				}
 			}
 			l.mu.Lock()
@@ -1656,21 +1673,31 @@ func TestPauseVoidedSlotIsGivenBack(t *testing.T) {
 // times a fiftieth of the demand; below that rate they do not; a throttle
 // takes the step back and the next is a fiftieth again.
 func TestLimiterStepsDoublePastTheLastThrottle(t *testing.T) {
-	// holdAt(10) with no demand asked: each step is a fiftieth of the
-	// level, and one is kept every 2 s (Recovery/10).
+	// holdAt(10), asked for at 100/s: each step is a fiftieth of the
+	// demand, and one is kept every 2 s (Recovery/10) while the level it
+	// sets is within twice the demand (200/s).
 	run := func(t *testing.T, top float64, keeps int) (l *RateLimiter, got []float64) {
 		l = &RateLimiter{}
 		holdAt(l, 10, 2*time.Second)
+		ask := func(d time.Duration) {
+			for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+				l.mu.Lock()
+				l.demand.add(time.Now())
+				l.mu.Unlock()
+			}
+		}
+		ask(time.Second)
 		l.mu.Lock()
 		l.change, l.top = time.Now(), top
 		l.step = l.probeStep(time.Now())
 		l.mu.Unlock()
-		time.Sleep(blame)
+		ask(blame)
 		for range keeps {
-			time.Sleep(2 * time.Second)
+			ask(2 * time.Second)
+			now := time.Now()
 			l.mu.Lock()
-			l.advance(time.Now())
-			got = append(got, math.Round(l.step/(probeStep*l.level)*1000)/1000)
+			l.advance(now)
+			got = append(got, math.Round(l.step/(probeStep*max(l.demand.rate(now), l.level))))
 			l.mu.Unlock()
 		}
 		return l, got
@@ -1678,8 +1705,14 @@ func TestLimiterStepsDoublePastTheLastThrottle(t *testing.T) {
 	t.Run("past the last throttle", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			l, got := run(t, 10, 8)
+			// Levels of about 12, 14, 18, 26, 42, 74, 138; the next step
+			// passes twice the demand: it is not tried, nor kept.
 			if want := []float64{1, 2, 4, 8, 16, 32, 32, 32}; !reflect.DeepEqual(got, want) {
-				t.Errorf("got steps of %v fiftieths of the level; want %v", got, want)
+				t.Errorf("got steps of %v fiftieths of the demand; want %v", got, want)
+			}
+			s := peek(l)
+			if dem := l.demand.rate(time.Now()); s.level > demandCap*dem || s.level+s.step <= demandCap*dem {
+				t.Errorf("got level %v, step %v; want the last step kept within twice the demand (%v), the next past it", s.level, s.step, demandCap*dem)
 			}
 			driver{t, l}.answer(permit{l: l, epoch: peek(l).epoch}, 429)
 			if s := peek(l); s.step != probeStep*max(l.demand.rate(time.Now()), s.level) {
@@ -1689,10 +1722,230 @@ func TestLimiterStepsDoublePastTheLastThrottle(t *testing.T) {
 	})
 	t.Run("below it", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			_, got := run(t, 20, 4)
+			_, got := run(t, 100, 4)
 			if want := []float64{1, 1, 1, 1}; !reflect.DeepEqual(got, want) {
-				t.Errorf("got steps of %v fiftieths of the level; want %v", got, want)
+				t.Errorf("got steps of %v fiftieths of the demand; want %v", got, want)
 			}
 		})
 	})
+}
+
+// windowServer accepts at most limit attempts in each whole second of the
+// bubble's clock and throttles the rest (429), counting both.
+type windowServer struct {
+	mu      sync.Mutex
+	limit   int
+	win     time.Time
+	n       int
+	ok, thr int
+}
+
+func (s *windowServer) answer(p permit) {
+	now := time.Now()
+	s.mu.Lock()
+	if now.Sub(s.win) >= time.Second {
+		s.win, s.n = now.Truncate(time.Second), 0
+	}
+	s.n++
+	throttled := s.n > s.limit
+	if throttled {
+		s.thr++
+	} else {
+		s.ok++
+	}
+	s.mu.Unlock()
+	status, class := 200, Success
+	if throttled {
+		status, class = http.StatusTooManyRequests, Throttling
+	}
+	p.answered(&Policy{}, &http.Response{StatusCode: status, Header: http.Header{}}, nil, class)
+}
+
+func (s *windowServer) reset() {
+	s.mu.Lock()
+	s.ok, s.thr = 0, 0
+	s.mu.Unlock()
+}
+
+// load asks l for a permit every period for dur, each request with a 1 s
+// deadline; each attempt sent is answered by s 20 ms later.
+func (s *windowServer) load(l *RateLimiter, period, dur time.Duration) {
+	var wg sync.WaitGroup
+	for end := time.Now().Add(dur); time.Now().Before(end); time.Sleep(period) {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			var p permit
+			if err := l.acquire(ctx, &p); err != nil {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+			s.answer(p)
+		})
+	}
+	wg.Wait()
+}
+
+// TestLimiterStepsTheDemandCapHidDoNotCompound: a client held to a server's
+// 10/s (30 s at 20/s) then asks exactly 10/s for 60 s: it sends all it
+// asks, the server accepts it, and the rate is capped at twice the demand
+// (demandCap: "so that a quiet client does not build up a rate it could not
+// have tested"). A probe step past twice the demand was not tried: it is
+// not kept (it was, and past the last throttle doubled, the level growing
+// 1.64x every 2 s to ~377,000/s; when the demand then rose to 50/s, the
+// limiter let through up to twice the demand and took a throttle per
+// halving to come down: 34 429s in 10 s, against 2 without the 60 s).
+func TestLimiterStepsTheDemandCapHidDoNotCompound(t *testing.T) {
+	run := func(spell time.Duration) (level float64, ok, thr int) {
+		synctest.Test(t, func(t *testing.T) {
+			l := &RateLimiter{}
+			s := &windowServer{limit: 10}
+			time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+			s.load(l, 50*time.Millisecond, 30*time.Second) // 20/s against 10/s
+			if spell > 0 {
+				s.load(l, 100*time.Millisecond, spell) // 10/s: what the server takes
+			}
+			l.mu.Lock()
+			level = l.level
+			l.mu.Unlock()
+			s.reset()
+			s.load(l, 20*time.Millisecond, 10*time.Second) // 50/s against 10/s
+			ok, thr = s.ok, s.thr
+		})
+		return level, ok, thr
+	}
+	_, _, thr0 := run(0)
+	level, ok, thr := run(time.Minute)
+	if max := demandCap * 10; level > max {
+		t.Errorf("got a level of %.4g/s after 60 s of sending 10/s, all accepted; want at most %v/s (twice the demand: nothing above it was sent)", level, max)
+	}
+	if thr > 5*thr0 {
+		t.Errorf("got %d 429s (%d accepted) in 10 s at 50/s against 10/s after 60 s at 10/s; want at most %d (%d without the 60 s)", thr, ok, 5*thr0, thr0)
+	}
+}
+
+// TestLimiterLevelStaysFinite: the same growth, longer. A client holding
+// 10/s that asks 10/s for 50 minutes, all accepted, ends with a level of
+// a finite level (it reached +Inf when steps past twice the demand were
+// kept: 1.64x per 2 s overflows float64 in ~48 min; no cut lowered it, and
+// after 1075 throttles in a row the run's halving 0.5^1075 underflowed to 0
+// and +Inf x 0 made the level NaN, and every acquire failed with
+// ErrRateLimited, even without a deadline).
+func TestLimiterLevelStaysFinite(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &RateLimiter{}
+		holdAt(l, 10, 2*time.Second)
+		l.mu.Lock()
+		l.change, l.top = time.Now(), 10 // throttled at 10/s just before
+		l.mu.Unlock()
+		d := driver{t, l}
+		for end := time.Now().Add(50 * time.Minute); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			d.answer(d.take(), 200)
+		}
+		level := func() float64 {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			return l.level
+		}
+		if lv := level(); math.IsInf(lv, 0) || math.IsNaN(lv) {
+			t.Errorf("got a level of %v after 50 min at 10/s, all accepted; want a finite rate", lv)
+		}
+		// Now the server refuses everything for 10 minutes.
+		sent := 0
+		for end := time.Now().Add(10 * time.Minute); time.Now().Before(end); {
+			var p permit
+			if err := l.acquire(context.Background(), &p); err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			time.Sleep(10 * time.Millisecond)
+			d.answer(p, http.StatusTooManyRequests)
+			sent++
+		}
+		if lv := level(); math.IsNaN(lv) || lv > 1 {
+			t.Errorf("got a level of %v after 10 min (%d attempts sent), every attempt throttled; want MinRate's order (at most 1/s)", lv, sent)
+		}
+		time.Sleep(time.Hour)
+		var p permit
+		if err := l.acquire(context.Background(), &p); err != nil {
+			t.Errorf("an hour later, no deadline: got %v (level %v); want a permit", err, level())
+		}
+	})
+}
+
+// TestLimiterRefusesAPermitOneIntervalAway: held at 10/s for 10 s, then a
+// run of 6 throttles: the level is 10/32 x 0.8 = 0.25/s, and 10/s is
+// remembered. A request with no deadline asking right after the cut gets
+// the next permit 4 s away, one interval of the rate: not "behind a queue
+// of 20 permits" (it was refused when the queue was measured at the rate
+// of the permit's own time, when the ramp back is at 10/s: 4 s x 10/s =
+// 40 permits; waiting, the permit even comes sooner, as due shortens with
+// the ramp).
+func TestLimiterRefusesAPermitOneIntervalAway(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &RateLimiter{}
+		holdAt(l, 10, time.Hour)
+		d := driver{t, l}
+		for range 5 {
+			d.answer(permit{l: l, epoch: 0}, 429)
+		}
+		d.answer(permit{l: l, epoch: 1}, 429)
+		if s := peek(l); !near(s.level, 0.25) || s.high != 10 {
+			t.Fatalf("got level %v, remembered %v; want 0.25, 10", s.level, s.high)
+		}
+		start := time.Now()
+		var p permit
+		err := l.acquire(context.Background(), &p)
+		if err != nil {
+			t.Fatalf("a request with no deadline, asking at once after the cut: got %v; want a permit within 4 s (one interval of 0.25/s)", err)
+		}
+		if got := time.Since(start); got > 4*time.Second {
+			t.Errorf("permit after %v; want at most 4s", got)
+		}
+	})
+}
+
+// TestLimiterStaleStartSetsNoTop: one send, an hour idle, 30 sends at
+// 20/s and a 429: the start is stale, and its one cut's rate is the hour's
+// average, 0.0089/s, not the rate the throttle came at (~20/s): it is not
+// top. When the start ends top is the demand then, and the steps below it
+// are a fiftieth of the demand, as without the idle hour (with top the
+// idle average they doubled from the second on, and 20 s after the
+// throttle the rate was twice the demand, ~39/s).
+func TestLimiterStaleStartSetsNoTop(t *testing.T) {
+	run := func(idle time.Duration) (level, steps, rate, top float64) {
+		synctest.Test(t, func(t *testing.T) {
+			l := &RateLimiter{}
+			d := driver{t, l}
+			d.answer(d.take(), 200)
+			time.Sleep(idle)
+			for range 30 {
+				d.answer(d.take(), 200)
+				time.Sleep(50 * time.Millisecond)
+			}
+			d.answer(d.take(), 429)
+			var wg sync.WaitGroup
+			wg.Go(func() { askEvery(t, l, 50*time.Millisecond, 20*time.Second, time.Second) }) // 20/s, all accepted
+			time.Sleep(9*time.Second + 25*time.Millisecond)
+			l.mu.Lock()
+			now := time.Now()
+			level, top = l.level, l.top
+			steps = l.step / (probeStep * max(l.demand.rate(now), l.level)) // fiftieths of the demand
+			l.mu.Unlock()
+			wg.Wait()
+			rate = l.Rate()
+		})
+		return level, steps, rate, top
+	}
+	_, busySteps, busyRate, busyTop := run(50 * time.Millisecond)
+	level, steps, rate, top := run(time.Hour)
+	if level >= 20 {
+		t.Fatalf("level %v/s 9 s after the throttle; want it below the 20/s sent then, for the test to mean anything", level)
+	}
+	if steps > 1.5 {
+		t.Errorf("9 s after a throttle at ~20/s (after an idle hour), at %.2f/s: got a step of %.2f fiftieths of the demand; want 1, as without the idle hour (%.2f): below the rate the throttle came at, steps do not double (top is %.4g/s, the hour's average; %.4g/s without it)", level, steps, busySteps, top, busyTop)
+	}
+	if rate > 20 {
+		t.Errorf("20 s after the throttle, every attempt since accepted at 20/s: got a rate of %.2f/s; want at most 20/s (%.2f/s without the idle hour)", rate, busyRate)
+	}
 }
