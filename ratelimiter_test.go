@@ -371,22 +371,28 @@ func TestLimiterCuts(t *testing.T) {
 	})
 }
 
+// cutDeep holds l at level for 10 s, then cuts it with a run of throttles,
+// nothing accepted between them (level x 0.8 / 2^(throttles-1)), and checks
+// that it is at want with level remembered.
+func cutDeep(t *testing.T, l *RateLimiter, level float64, throttles int, want float64) driver {
+	t.Helper()
+	holdAt(l, level, time.Hour)
+	d := driver{t, l}
+	for range throttles - 1 {
+		d.answer(permit{l: l, epoch: 0}, 429)
+	}
+	d.answer(permit{l: l, epoch: 1}, 429)
+	if s := peek(l); !near(s.level, want) || s.high != level {
+		t.Fatalf("got level %v, remembered %v; want %v, %v", s.level, s.high, want, level)
+	}
+	return d
+}
+
 func TestLimiterRampsBack(t *testing.T) {
 	// A rate held for 10 s (100/s), then cut deep by a run of 5 throttles
 	// (100 x 1/16 x 0.8 = 5/s): the limiter remembers 100 and, 2 s after
 	// the cut, ramps back to it, e-fold every 300 ms.
-	deep := func(t *testing.T, l *RateLimiter) driver {
-		holdAt(l, 100, time.Hour)
-		d := driver{t, l}
-		for range 4 {
-			d.answer(permit{l: l, epoch: 0}, 429)
-		}
-		d.answer(permit{l: l, epoch: 1}, 429)
-		if s := peek(l); !near(s.level, 5) || s.high != 100 {
-			t.Fatalf("got level %v, remembered %v; want 5, 100", s.level, s.high)
-		}
-		return d
-	}
+	deep := func(t *testing.T, l *RateLimiter) driver { return cutDeep(t, l, 100, 5, 5) }
 	t.Run("a ramp that reaches the rate remembered keeps it", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			l := &RateLimiter{}
@@ -588,28 +594,42 @@ func TestLimiterHonoursRetryAfter(t *testing.T) {
 }
 
 func TestLimiterPauseVoidsWaitingPermits(t *testing.T) {
-	// A attempt waits for a permit due in 100 ms when a 429 asks for 1 s: it
-	// wakes, finds its permit inside the pause, and takes one after it.
-	synctest.Test(t, func(t *testing.T) {
-		l := &RateLimiter{}
-		holdAt(l, 10, time.Hour)
-		d := driver{t, l}
-		d.take() // at once; the next permit is due in 100 ms
-		start := time.Now()
-		var wg sync.WaitGroup
-		var took time.Duration
-		wg.Go(func() {
-			d.take()
-			took = time.Since(start)
+	// An attempt waits for the next permit when a 429 of a round already
+	// cut for asks for 1 s: it wakes, finds its permit inside the pause,
+	// gives its slot back and takes the permit at the pause's end. At 1/s
+	// the pause (to 1.5 s) ends before the void slot would (2 s): the slot
+	// given back is what lets the permit come at 1.5 s.
+	for _, tc := range []struct {
+		name        string
+		rate        float64
+		after, want time.Duration
+	}{
+		{"a pause past the slot", 10, 50 * time.Millisecond, 50*time.Millisecond + time.Second},
+		{"a pause within the slot", 1, 500 * time.Millisecond, 1500 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := &RateLimiter{}
+				holdAt(l, tc.rate, time.Hour)
+				d := driver{t, l}
+				d.take() // at once; the next permit is due one interval later
+				start := time.Now()
+				var wg sync.WaitGroup
+				var took time.Duration
+				wg.Go(func() {
+					d.take()
+					took = time.Since(start)
+				})
+				synctest.Wait()
+				time.Sleep(tc.after)
+				d.answer(permit{l: l, epoch: 0}, 429, "Retry-After", "1") // no cut: a pause
+				wg.Wait()
+				if took != tc.want {
+					t.Errorf("waiter sent after %v; want %v, at the pause's end", took, tc.want)
+				}
+			})
 		})
-		synctest.Wait()
-		time.Sleep(50 * time.Millisecond)
-		d.answer(permit{l: l, epoch: 0}, 429, "Retry-After", "1")
-		wg.Wait()
-		if want := 50*time.Millisecond + time.Second; took != want {
-			t.Errorf("waiter sent after %v; want %v, at the pause's end", took, want)
-		}
-	})
+	}
 }
 
 func TestLimiterOneCutPerRound(t *testing.T) {
@@ -1016,6 +1036,27 @@ func TestCanceledWaiterGivesItsSlotBack(t *testing.T) {
 	})
 }
 
+// queueAtTheDemandCap holds l at 100/s with a demand of 5/s, so that its
+// rate is the demand cap, 10/s, and gives n permits asked for now, spaced
+// at it. It returns the last.
+func queueAtTheDemandCap(t *testing.T, l *RateLimiter, n int) permit {
+	t.Helper()
+	holdAt(l, 100, time.Hour)
+	now := time.Now()
+	l.mu.Lock()
+	l.demand.seed(now, 5, time.Hour)
+	l.mu.Unlock()
+	var last permit
+	for range n {
+		p, ok := l.reserve(now, now, time.Time{}, false)
+		if !ok {
+			t.Fatal("refused")
+		}
+		last = p
+	}
+	return last
+}
+
 // A waits for the first slot and B for the second; A is canceled; C comes
 // next. A's slot has a later permit behind it (B's), so it is not given back:
 // C is sent one interval after B, not with it. x/time/rate's
@@ -1030,19 +1071,8 @@ func TestCanceledLastPermitLeavesNoBurst(t *testing.T) {
 	// one to shorten from).
 	synctest.Test(t, func(t *testing.T) {
 		l := &RateLimiter{}
-		holdAt(l, 100, time.Hour)
 		t0 := time.Now()
-		l.mu.Lock()
-		l.demand.seed(t0, 5, time.Hour)
-		l.mu.Unlock()
-		var last time.Time
-		for range 15 {
-			p, ok := l.reserve(t0, t0, time.Time{}, false)
-			if !ok {
-				t.Fatal("refused")
-			}
-			last = p.at
-		}
+		last := queueAtTheDemandCap(t, l, 15).at
 		time.Sleep(time.Second)
 		now := time.Now()
 		b, ok := l.reserve(now, now, time.Time{}, false)
@@ -1272,9 +1302,9 @@ func ceilOf(l *RateLimiter) float64 {
 	return l.ceil
 }
 
-// sendsThenThrottle sends n attempts through d every period, all accepted,
-// after one send and a pause of idle (none when zero), then one throttled.
-func sendsThenThrottle(d driver, idle time.Duration, n int, period time.Duration) {
+// sendsAfterIdle sends n attempts through d every period, all accepted,
+// after one send and a pause of idle (none when zero).
+func sendsAfterIdle(d driver, idle time.Duration, n int, period time.Duration) {
 	if idle > 0 {
 		d.answer(d.take(), 200)
 		time.Sleep(idle)
@@ -1283,6 +1313,11 @@ func sendsThenThrottle(d driver, idle time.Duration, n int, period time.Duration
 		d.answer(d.take(), 200)
 		time.Sleep(period)
 	}
+}
+
+// sendsThenThrottle is sendsAfterIdle, then one attempt throttled.
+func sendsThenThrottle(d driver, idle time.Duration, n int, period time.Duration) {
+	sendsAfterIdle(d, idle, n, period)
 	d.answer(d.take(), 429)
 }
 
@@ -1389,22 +1424,31 @@ func TestLimiterFirstMeasure(t *testing.T) {
 	t.Run("a throttled request's retry after an idle spell", func(t *testing.T) {
 		// The first cut after an idle spell must not schedule the next
 		// permit at the idle average's interval: the request's retry,
-		// with 5 s left, gets one.
-		for _, idle := range []time.Duration{50 * time.Millisecond, time.Hour} {
-			t.Run(idle.String(), func(t *testing.T) {
+		// with 5 s left, gets one. A start measured over a window that
+		// began long ago (an idle average) is not measured: after 150 s
+		// idle, 32 sends over 151.5 s read 0.211/s, and a first cut
+		// scheduled at 0.7 of it put the retry's permit 6.76 s away, past
+		// its deadline, when only a rate at MinRate was taken for
+		// unmeasured.
+		for _, tc := range []struct {
+			name    string
+			idle    time.Duration
+			minRate float64
+		}{
+			{"50ms idle", 50 * time.Millisecond, 0},
+			{"150s idle", 150 * time.Second, 0},
+			{"200s idle", 200 * time.Second, 0},
+			{"1h idle", time.Hour, 0},
+			{"1h idle, MinRate 0.001", time.Hour, 0.001},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
-					l := &RateLimiter{}
-					d := driver{t, l}
-					d.answer(d.take(), 200)
-					time.Sleep(idle)
-					for range 30 {
-						d.answer(d.take(), 200)
-						time.Sleep(50 * time.Millisecond)
-					}
+					l := &RateLimiter{MinRate: tc.minRate}
+					sendsAfterIdle(driver{t, l}, tc.idle, 30, 50*time.Millisecond)
 					base := rht.NewTransport(rht.Status(429), rht.Status(200))
 					tr := &Transport{Base: base, Limiter: l, Policy: Policy{Rand: lowRand, Timeout: 5 * time.Second}}
 					if code, _, err := roundTrip(t, tr, newReq(t, "GET", "")); code != 200 || err != nil {
-						t.Errorf("got (%d, %v) for a request throttled once, with a 5 s deadline; want its retry's 200", code, err)
+						t.Errorf("got (%d, %v) for a request throttled once after %v idle, with a 5 s deadline; want its retry's 200", code, err, tc.idle)
 					}
 				})
 			})
@@ -1420,19 +1464,8 @@ func TestCanceledPermitRestoresTheSchedule(t *testing.T) {
 	// before).
 	synctest.Test(t, func(t *testing.T) {
 		l := &RateLimiter{}
-		holdAt(l, 100, time.Hour)
 		t0 := time.Now()
-		l.mu.Lock()
-		l.demand.seed(t0, 5, time.Hour)
-		l.mu.Unlock()
-		var last permit
-		for range 5 {
-			p, ok := l.reserve(t0, t0, time.Time{}, false)
-			if !ok {
-				t.Fatal("refused")
-			}
-			last = p
-		}
+		last := queueAtTheDemandCap(t, l, 5)
 		l.mu.Lock()
 		l.demand.seed(t0, 10, time.Hour)
 		before := l.next
@@ -1522,42 +1555,6 @@ func TestLimiterStartAtMinRateSpacesPermits(t *testing.T) {
 	})
 }
 
-// TestLimiterRetryAfterAnyIdleSpell: TestLimiterFirstMeasure's "a throttled
-// request's retry after an idle spell" with other idle spells and MinRates.
-// A start measured over a window that began long ago (an idle average) is
-// not measured: after 150 s idle, 32 sends over 151.5 s read 0.211/s, and
-// a first cut scheduled at 0.7 of it put the retry's permit 6.76 s away,
-// past its 5 s deadline; only a rate at MinRate was taken for unmeasured.
-func TestLimiterRetryAfterAnyIdleSpell(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		idle    time.Duration
-		minRate float64
-	}{
-		{"150s idle", 150 * time.Second, 0},
-		{"200s idle", 200 * time.Second, 0},
-		{"1h idle, MinRate 0.001", time.Hour, 0.001},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				l := &RateLimiter{MinRate: tc.minRate}
-				d := driver{t, l}
-				d.answer(d.take(), 200)
-				time.Sleep(tc.idle)
-				for range 30 {
-					d.answer(d.take(), 200)
-					time.Sleep(50 * time.Millisecond)
-				}
-				base := rht.NewTransport(rht.Status(429), rht.Status(200))
-				tr := &Transport{Base: base, Limiter: l, Policy: Policy{Rand: lowRand, Timeout: 5 * time.Second}}
-				if code, _, err := roundTrip(t, tr, newReq(t, "GET", "")); code != 200 || err != nil {
-					t.Errorf("got (%d, %v) for a request throttled once after %v idle, with a 5 s deadline; want its retry's 200", code, err, tc.idle)
-				}
-			})
-		})
-	}
-}
-
 // TestLimiterIdleSpellDoesNotPinTheStart: the idle spell's average, kept
 // out of the first ceiling, must not come back through the second. After
 // an hour idle the first permit after the cut has the slot of 0.7 of a
@@ -1570,13 +1567,7 @@ func TestLimiterIdleSpellDoesNotPinTheStart(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			l := &RateLimiter{}
 			d := driver{t, l}
-			d.answer(d.take(), 200)
-			time.Sleep(idle)
-			for range 30 {
-				d.answer(d.take(), 200)
-				time.Sleep(50 * time.Millisecond)
-			}
-			d.answer(d.take(), 429)
+			sendsThenThrottle(d, idle, 30, 50*time.Millisecond)
 			d.answer(d.take(), 429) // the first permit after the cut, throttled too
 			ceil = ceilOf(l)
 			sent = askEvery(t, l, 50*time.Millisecond, 20*time.Second, time.Second)
@@ -1636,34 +1627,6 @@ func TestCanceledWaitersGiveBackEverySlot(t *testing.T) {
 		err := l.acquire(ctx, &p)
 		if err != nil || time.Since(start) != 100*time.Millisecond {
 			t.Errorf("D: got %v at +%v; want a permit at +100ms", err, time.Since(start))
-		}
-	})
-}
-
-// TestPauseVoidedSlotIsGivenBack: at 1/s, W waits for the permit at
-// 1 s when a 429 of a round already cut for asks for 1 s more (a pause to
-// 1.5 s). W wakes inside the pause: its slot is void, and given back, so
-// W's next permit comes at the pause's end, 1.5 s, not one interval after
-// the void slot, at 2 s.
-func TestPauseVoidedSlotIsGivenBack(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		l := &RateLimiter{}
-		holdAt(l, 1, time.Hour)
-		d := driver{t, l}
-		d.take() // at once; the next permit is due at 1 s
-		start := time.Now()
-		var wg sync.WaitGroup
-		var took time.Duration
-		wg.Go(func() {
-			d.take()
-			took = time.Since(start)
-		})
-		synctest.Wait()
-		time.Sleep(500 * time.Millisecond)
-		d.answer(permit{l: l, epoch: 0}, 429, "Retry-After", "1") // no cut, a pause to 1.5 s
-		wg.Wait()
-		if want := 1500 * time.Millisecond; took != want {
-			t.Errorf("W sent after %v; want %v, at the pause's end", took, want)
 		}
 	})
 }
@@ -1884,15 +1847,7 @@ func TestLimiterLevelStaysFinite(t *testing.T) {
 func TestLimiterRefusesAPermitOneIntervalAway(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := &RateLimiter{}
-		holdAt(l, 10, time.Hour)
-		d := driver{t, l}
-		for range 5 {
-			d.answer(permit{l: l, epoch: 0}, 429)
-		}
-		d.answer(permit{l: l, epoch: 1}, 429)
-		if s := peek(l); !near(s.level, 0.25) || s.high != 10 {
-			t.Fatalf("got level %v, remembered %v; want 0.25, 10", s.level, s.high)
-		}
+		cutDeep(t, l, 10, 6, 0.25)
 		start := time.Now()
 		var p permit
 		err := l.acquire(context.Background(), &p)
@@ -1916,14 +1871,7 @@ func TestLimiterStaleStartSetsNoTop(t *testing.T) {
 	run := func(idle time.Duration) (level, steps, rate, top float64) {
 		synctest.Test(t, func(t *testing.T) {
 			l := &RateLimiter{}
-			d := driver{t, l}
-			d.answer(d.take(), 200)
-			time.Sleep(idle)
-			for range 30 {
-				d.answer(d.take(), 200)
-				time.Sleep(50 * time.Millisecond)
-			}
-			d.answer(d.take(), 429)
+			sendsThenThrottle(driver{t, l}, idle, 30, 50*time.Millisecond)
 			var wg sync.WaitGroup
 			wg.Go(func() { askEvery(t, l, 50*time.Millisecond, 20*time.Second, time.Second) }) // 20/s, all accepted
 			time.Sleep(9*time.Second + 25*time.Millisecond)
