@@ -9,6 +9,7 @@
 //	cd bench && go run ./cmd/matrix -in ../docs/throttling-matrix.json
 //	cd bench && go run ./cmd/matrix -smoke           # CI-sized
 //	cd bench && go run ./cmd/matrix -only drop10x -maxwait 250ms
+//	cd bench && go run ./cmd/matrix -workloads heldout.json -seeds 3
 //
 // -maxwait, -recovery and -beta add a peer "retryhttp-variant": retryhttp
 // with a RateLimiter so configured, whose goals are checked too. To measure
@@ -16,6 +17,10 @@
 // the others (the AWS SDK's runs take most of the time):
 //
 //	go run ./cmd/matrix -peers retryhttp -against ../docs/throttling-matrix.json
+//
+// -workloads runs the workloads of a saved report instead of the matrix's:
+// a held-out set, kept out of the repo so that nothing is tuned on it, is
+// run the same way and checked against the same goals.
 //
 // Fake-time bubbles in one process do not run faster in parallel, so the
 // matrix is split into -procs shards, each run by a copy of this command in
@@ -53,6 +58,7 @@ func main() {
 	peerRE := flag.String("peers", "", "run only the peers whose names match this regexp")
 	against := flag.String("against", "", "take the runs of the peers not run from this saved report (same workloads and seeds)")
 	procs := flag.Int("procs", runtime.NumCPU(), "processes to run the matrix in")
+	from := flag.String("workloads", "", "run the workloads of this saved report (a held-out set kept outside the repo) instead of the matrix")
 	shard := flag.String("shard", "", "internal: run shard i/n of the matrix and print its results as JSON")
 	testing.Init()
 	flag.Parse()
@@ -63,6 +69,12 @@ func main() {
 	}
 
 	workloads := bench.ThrottleMatrix()
+	if *from != "" {
+		workloads = nil
+		for _, r := range read(*from).Results {
+			workloads = append(workloads, r.Workload)
+		}
+	}
 	if *smoke {
 		workloads = bench.SmokeMatrix()
 		if !isSet("seeds") {
