@@ -10,6 +10,7 @@
 //	cd bench && go run ./cmd/matrix -smoke           # CI-sized
 //	cd bench && go run ./cmd/matrix -only drop10x -maxwait 250ms
 //	cd bench && go run ./cmd/matrix -workloads heldout.json -seeds 3
+//	cd bench && go run ./cmd/matrix -trace -only 'steady/10c/2x'
 //
 // -maxwait, -recovery and -beta add a peer "retryhttp-variant": retryhttp
 // with a RateLimiter so configured, whose goals are checked too. To measure
@@ -21,6 +22,10 @@
 // -workloads runs the workloads of a saved report instead of the matrix's:
 // a held-out set, kept out of the repo so that nothing is tuned on it, is
 // run the same way and checked against the same goals.
+//
+// -trace runs retryhttp alone, seed 1, and prints each client's
+// RateLimiter rate second by second and its cuts: where a goal is missed, it
+// shows which clients the limiter left where, and when.
 //
 // Fake-time bubbles in one process do not run faster in parallel, so the
 // matrix is split into -procs shards, each run by a copy of this command in
@@ -38,6 +43,7 @@ import (
 	"os/exec"
 	"regexp"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -59,6 +65,7 @@ func main() {
 	against := flag.String("against", "", "take the runs of the peers not run from this saved report (same workloads and seeds)")
 	procs := flag.Int("procs", runtime.NumCPU(), "processes to run the matrix in")
 	from := flag.String("workloads", "", "run the workloads of this saved report (a held-out set kept outside the repo) instead of the matrix")
+	trace := flag.Bool("trace", false, "print each client's RateLimiter rate, second by second, in retryhttp's run (seed 1) of each workload")
 	shard := flag.String("shard", "", "internal: run shard i/n of the matrix and print its results as JSON")
 	testing.Init()
 	flag.Parse()
@@ -91,6 +98,15 @@ func main() {
 		}
 		workloads = w
 	}
+	if *trace {
+		runInBubbles(func(t *testing.T, out *os.File) {
+			for _, w := range workloads {
+				fmt.Fprint(out, traceRates(t, w))
+			}
+		})
+		return
+	}
+
 	peers := bench.DefaultThrottlePeers()
 	checked := []string{bench.PeerRetryHTTP}
 	if *maxWait > 0 || *recovery > 0 || *beta > 0 {
@@ -181,6 +197,56 @@ func runShard(t *testing.T, workloads []bench.Workload, peers []bench.ThrottlePe
 		done++
 		fmt.Fprintf(os.Stderr, "shard %d/%d: %-36s %d seed(s) done, %v\n", i, n, r.Workload.Name, len(r.Runs)/max(len(peers), 1), time.Since(start).Round(time.Second))
 	})
+}
+
+// traceRates runs retryhttp's default RateLimiter on w with seed 1 and
+// renders each client's rate at the end of each second, its cuts, and the
+// run's goodput, 429s and Jain.
+func traceRates(t *testing.T, w bench.Workload) string {
+	var (
+		mu   sync.Mutex
+		lims []*retryhttp.RateLimiter
+		rows []string
+	)
+	sample := func() {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%4ds", len(rows)+1)
+		mu.Lock()
+		for _, l := range lims {
+			fmt.Fprintf(&b, " %6.1f", l.Rate())
+		}
+		mu.Unlock()
+		rows = append(rows, b.String())
+	}
+	peer := bench.RetryHTTPPeer(bench.PeerRetryHTTP, func() *retryhttp.RateLimiter {
+		l := &retryhttp.RateLimiter{}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(lims) == 0 {
+			// The first client's limiter is made in the run's bubble: so
+			// is the sampler, and it sleeps in the bubble's fake time.
+			go func() {
+				for range int(w.Duration / time.Second) {
+					time.Sleep(time.Second)
+					sample()
+				}
+			}()
+		}
+		lims = append(lims, l)
+		return l
+	})
+	run := bench.RunThrottleMatrix(t, []bench.Workload{w}, []bench.ThrottlePeer{peer}, 1, nil)[0].Runs[0]
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: goodput %.3f, %d 429s, Jain %.3f; rate per client (0: not limiting):\n", w.Name, run.Goodput, run.Throttled, run.Jain)
+	for _, r := range rows {
+		b.WriteString(r + "\n")
+	}
+	b.WriteString(" cuts")
+	for _, l := range lims {
+		fmt.Fprintf(&b, " %6d", l.Stats().Cuts)
+	}
+	b.WriteString("\n\n")
+	return b.String()
 }
 
 // runInBubbles runs f as the one test of a testing.Main (synctest needs a
