@@ -45,19 +45,22 @@ import (
 //     throttles, give back most.
 //   - Probing: from time to time the rate steps up by a fiftieth of the
 //     demand (equal steps for equal demands, a pull toward equal shares).
-//     A throttle soon after a step takes it back, and the next probe waits
-//     twice as long (up to Recovery); a step that holds is kept, and the
-//     next comes twice as soon (down to a tenth of Recovery); a step past
-//     twice the demand was not tried, and is not kept. Steps kept in a row
+//     A throttle soon after a step takes it back with a twentieth of the
+//     rate (the clients above the others give back most), and the next
+//     probe waits twice as long (up to Recovery); a step that holds is
+//     kept, and the next comes twice as soon (down to a tenth of
+//     Recovery); a step past twice the demand was not tried, and is not
+//     kept. Steps kept in a row
 //     past the rate the last throttle came at mean the capacity grew: from
 //     the second on, each doubles the next (up to 32 times), so that a
 //     capacity that rose without falling first is found in a few steps.
 //   - Coming back: a limiter remembers the rate it held before a deep cut
 //     (or sent, unlimited, for 5 s before its first throttle); while far
 //     below it, it ramps back up every 1.5 s, fast, and keeps the old
-//     rate if the ramp reaches it. A capacity that returns is
-//     found within seconds; one that does not costs one throttle a ramp,
-//     and the ramps stop after a few tries per halving of the rate.
+//     rate if the ramp reaches it (and the demand did: a ramp nothing was
+//     sent to test is not kept). A capacity that returns is found within
+//     seconds; one that does not costs one throttle a ramp, and the ramps
+//     stop after a few tries per halving of the rate.
 //   - Waiting: permits are spaced evenly at the rate, the next one an
 //     interval of the rate now after the last (a ramp from a low rate
 //     does not wait out the low rate's long interval). An attempt waits for
@@ -99,6 +102,12 @@ const (
 	margin = 0.03
 	// holdCut is the extra cut of a throttle that comes while holding.
 	holdCut = 0.2
+	// probeCut is what a probe step that drew a throttle takes off the
+	// level besides the step. Clients that share a server draw most of
+	// their throttles with their own steps: without a cut for them, no
+	// client ever gives back what an unlucky start left it above the
+	// others.
+	probeCut = 0.05
 	// minShare is the least share of the demand a start keeps, so that it
 	// never reaches 0, which marks the start's end.
 	minShare = 1e-9
@@ -349,8 +358,13 @@ func (l *RateLimiter) advance(now time.Time) {
 			if now.Sub(l.change) < reach+blame {
 				return
 			}
-			// The ramp reached the rate remembered, and held.
 			l.change = l.change.Add(reach)
+			if l.high > demandCap*l.demand.rate(now) {
+				// The demand never reached the rate remembered: nothing
+				// was sent to test the ramp, and it is not kept.
+				continue
+			}
+			// The ramp reached the rate remembered, and held.
 			l.level = l.high
 			l.period = l.recovery() / 10
 			l.step = l.probeStep(now)
@@ -501,6 +515,7 @@ func (l *RateLimiter) cut(now time.Time, slot time.Duration) {
 		case !l.far() && dt >= l.period:
 			l.period = min(l.recovery(), 2*l.period) // the step found no room: back to the level
 			l.top = l.level + l.step
+			l.level *= 1 - probeCut
 		case now.Sub(l.cutAt) < settle:
 			l.level = min(max(est*(1-margin), minKeep*r), r*(1-margin))
 		default:

@@ -266,6 +266,17 @@ func TestLimiterSettles(t *testing.T) {
 	})
 }
 
+// askAt asks l for permits at rate a second for d, as callers whose
+// attempts the limiter counts in its demand.
+func askAt(l *RateLimiter, rate float64, d time.Duration) {
+	iv := time.Duration(float64(time.Second) / rate)
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(iv) {
+		l.mu.Lock()
+		l.demand.add(time.Now())
+		l.mu.Unlock()
+	}
+}
+
 // holdAt sets l up as a limiter that has held level since 10 s before now,
 // its next probe period away, with a steady demand and accepted rate of
 // level a second, after a round of 100 answers.
@@ -284,7 +295,7 @@ func holdAt(l *RateLimiter, level float64, period time.Duration) {
 }
 
 func TestLimiterProbe(t *testing.T) {
-	t.Run("a step that draws a throttle is taken back, and the next waits twice as long", func(t *testing.T) {
+	t.Run("a step that draws a throttle is taken back with 5% of the level, and the next waits twice as long", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			l := &RateLimiter{}
 			holdAt(l, 10, 9*time.Second) // the step was taken 1 s ago
@@ -293,8 +304,8 @@ func TestLimiterProbe(t *testing.T) {
 			stepped := l.scheduled(time.Now())
 			l.mu.Unlock()
 			d.answer(permit{l: l, epoch: 1}, 429)
-			if s := peek(l); stepped != 10.2 || s.level != 10 || s.period != 18*time.Second || s.epoch != 2 {
-				t.Errorf("got rate %v before, then level %v, period %v, %d cuts; want 10.2 (2%% of the demand up), 10, 18s, 2",
+			if s := peek(l); stepped != 10.2 || s.level != 9.5 || s.period != 18*time.Second || s.epoch != 2 {
+				t.Errorf("got rate %v before, then level %v, period %v, %d cuts; want 10.2 (2%% of the demand up), 9.5, 18s, 2",
 					stepped, s.level, s.period, s.epoch)
 			}
 		})
@@ -405,12 +416,32 @@ func TestLimiterRampsBack(t *testing.T) {
 			if want := []float64{5, 5 * math.E, 100}; !near(got[0], want[0]) || !near(got[1], want[1]) || !near(got[2], want[2]) {
 				t.Errorf("got %v at 2s, 2.3s, 2.9s; want %v", got, want)
 			}
-			time.Sleep(reach + blame)
+			askAt(l, 100, reach+blame)
 			l.mu.Lock()
 			l.advance(time.Now())
 			l.mu.Unlock()
 			if s := peek(l); s.level != 100 || s.period != DefaultLimiterRecovery/10 {
 				t.Errorf("got level %v, period %v; want 100, 2s", s.level, s.period)
+			}
+		})
+	})
+	t.Run("a ramp nothing was sent to test is not kept", func(t *testing.T) {
+		// The demand fades from 100/s to e^-3.9 of it: it never reaches
+		// the rate remembered, and the ramp does not either. The next
+		// ramp starts rampWait after the last one reached its end.
+		synctest.Test(t, func(t *testing.T) {
+			l := &RateLimiter{}
+			deep(t, l)
+			cut := time.Now()
+			reach := rampWait + time.Duration(0.3*math.Log(20)*second)
+			time.Sleep(reach + blame)
+			l.mu.Lock()
+			l.advance(time.Now())
+			next := l.scheduled(cut.Add(2*reach + time.Millisecond))
+			l.mu.Unlock()
+			if s := peek(l); s.level != 5 || s.ramps != 0 || !s.change.Equal(cut.Add(reach)) || next != 100 {
+				t.Errorf("got level %v, %d failed ramps, changed at %v, the next ramp at %v by %v; want 5, 0, %v, 100",
+					s.level, s.ramps, s.change.Sub(cut), 2*reach+time.Millisecond, next, reach)
 			}
 		})
 	})
