@@ -57,10 +57,10 @@ import (
 //   - Coming back: a limiter remembers the rate it held before a deep cut
 //     (or sent, unlimited, for 5 s before its first throttle); while far
 //     below it, it ramps back up every 1.5 s, fast, and keeps the old
-//     rate if the ramp reaches it (and the demand did: a ramp nothing was
-//     sent to test is not kept). A capacity that returns is found within
-//     seconds; one that does not costs one throttle a ramp, and the ramps
-//     stop after a few tries per halving of the rate.
+//     rate if the ramp reaches it, as far as it was tested (up to twice
+//     the demand; not at all through a pause). A capacity that returns is
+//     found within seconds; one that does not costs one throttle a ramp,
+//     and the ramps stop after a few tries per halving of the rate.
 //   - Waiting: permits are spaced evenly at the rate, the next one an
 //     interval of the rate now after the last (a ramp from a low rate
 //     does not wait out the low rate's long interval). An attempt waits for
@@ -358,14 +358,16 @@ func (l *RateLimiter) advance(now time.Time) {
 			if now.Sub(l.change) < reach+blame {
 				return
 			}
+			end := l.change.Add(reach + blame)
 			l.change = l.change.Add(reach)
-			if l.high > demandCap*l.demand.rate(now) {
-				// The demand never reached the rate remembered: nothing
-				// was sent to test the ramp, and it is not kept.
+			// The ramp reached the rate remembered and held, as far as
+			// it was tested: up to twice the demand, and not at all if
+			// a pause kept anything from being sent until its end.
+			tested := min(l.high, demandCap*l.demandAt(end, now))
+			if !l.pause.Before(end) || tested <= l.level {
 				continue
 			}
-			// The ramp reached the rate remembered, and held.
-			l.level = l.high
+			l.level = tested
 			l.period = l.recovery() / 10
 			l.step = l.probeStep(now)
 			continue
@@ -374,9 +376,10 @@ func (l *RateLimiter) advance(now time.Time) {
 		if now.Sub(at) < blame {
 			return
 		}
-		if l.level+l.step > demandCap*l.demand.rate(now) {
-			// The demand never reached the step: nothing was sent to
-			// test it, and it is not kept.
+		if end := at.Add(blame); !l.pause.Before(end) || l.level+l.step > demandCap*l.demandAt(end, now) {
+			// The step was not tried: a pause kept anything from being
+			// sent until its end, or the demand never reached it. It is
+			// not kept.
 			l.change = at
 			continue
 		}
@@ -388,6 +391,17 @@ func (l *RateLimiter) advance(now time.Time) {
 		l.period = max(l.recovery()/10, l.period/2)
 		l.step = l.probeStep(now)
 	}
+}
+
+// demandAt is the demand at end, read at now: at now if end is later, and
+// otherwise as the meter last read it before now (the events since end
+// included), so that a call that comes late does not find a step or a ramp
+// untested because the demand stopped after it. Must hold mu.
+func (l *RateLimiter) demandAt(end, now time.Time) float64 {
+	if end.After(now) {
+		end = now
+	}
+	return l.demand.rate(end)
 }
 
 // probeStep is the size of a probe: a share of the demand, or of the level
@@ -515,7 +529,11 @@ func (l *RateLimiter) cut(now time.Time, slot time.Duration) {
 		case !l.far() && dt >= l.period:
 			l.period = min(l.recovery(), 2*l.period) // the step found no room: back to the level
 			l.top = l.level + l.step
-			l.level *= 1 - probeCut
+			cut := l.level * (1 - probeCut)
+			if l.level >= farRatio*l.high {
+				cut = max(cut, farRatio*l.high) // not a fall to ramp back from
+			}
+			l.level = cut
 		case now.Sub(l.cutAt) < settle:
 			l.level = min(max(est*(1-margin), minKeep*r), r*(1-margin))
 		default:
@@ -764,11 +782,13 @@ func (l *RateLimiter) answer(p *permit, pol *Policy, resp *http.Response, err er
 	if !throttled {
 		return
 	}
-	if until := now.Add(pause); pause > 0 && until.After(l.pause) {
-		l.pause = until
-	}
 	if p.epoch == l.epoch {
 		l.cut(now, p.slot)
+	}
+	// After the cut: the steps and ramps it finds tested came before
+	// this pause.
+	if until := now.Add(pause); pause > 0 && until.After(l.pause) {
+		l.pause = until
 	}
 }
 
@@ -783,8 +803,14 @@ func (l *RateLimiter) sample(s float64) {
 	l.srtt = 0.875*l.srtt + 0.125*s
 }
 
-// interval is the gap between two permits at rate r per second.
-func interval(r float64) time.Duration { return time.Duration(float64(time.Second) / r) }
+// interval is the gap between two permits at rate r per second, at most
+// 1<<62 ns (146 years) for a rate near 0, as a Duration holds no more.
+func interval(r float64) time.Duration {
+	if d := float64(time.Second) / r; d < 1<<62 {
+		return time.Duration(d)
+	}
+	return 1 << 62
+}
 
 func later(a, b time.Time) time.Time {
 	if a.After(b) {

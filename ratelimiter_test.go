@@ -1825,6 +1825,91 @@ func TestLimiterStepsTheDemandCapHidDoNotCompound(t *testing.T) {
 // after 1075 throttles in a row the run's halving 0.5^1075 underflowed to 0
 // and +Inf x 0 made the level NaN, and every acquire failed with
 // ErrRateLimited, even without a deadline).
+// TestLimiterRampKeptAsFarAsTested: held at 100/s, cut deep to 5/s (see
+// cutDeep). A ramp back is kept up to the rate the demand could test
+// (twice the demand), measured when the ramp ended, and not at all when a
+// pause kept it from being sent (a break-it pass's cases). The demand
+// meter of asks every 1/45 s reads a little over 45/s just after an ask.
+func TestLimiterRampKeptAsFarAsTested(t *testing.T) {
+	reach := rampWait + time.Duration(0.3*math.Log(20)*second)
+	for _, tc := range []struct {
+		name      string
+		run       func(l *RateLimiter)
+		want, tol float64
+	}{
+		{"demand below half the rate remembered: up to twice the demand", func(l *RateLimiter) {
+			askAt(l, 45, 30*time.Second)
+		}, 90, 0.02},
+		{"the demand stops as the ramp ends, and the next call comes 5 s later", func(l *RateLimiter) {
+			askAt(l, 100, reach+blame-20*time.Millisecond)
+			time.Sleep(5 * time.Second)
+		}, 100, 0},
+		{"asked for through a pause, nothing sent", func(l *RateLimiter) {
+			l.mu.Lock()
+			l.pause = time.Now().Add(30 * time.Second)
+			l.mu.Unlock()
+			askAt(l, 100, reach+blame+50*time.Millisecond)
+		}, 5, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := &RateLimiter{}
+				cutDeep(t, l, 100, 5, 5)
+				tc.run(l)
+				l.mu.Lock()
+				l.advance(time.Now())
+				l.mu.Unlock()
+				if s := peek(l); math.Abs(s.level-tc.want) > tc.tol*tc.want {
+					t.Errorf("got level %v (%d failed ramps); want %v (within %v%%)", s.level, s.ramps, tc.want, 100*tc.tol)
+				}
+			})
+		})
+	}
+}
+
+// TestLimiterFailedProbeStartsNoRamp: holding 72/s with 100/s remembered
+// (not far below it), a probe that draws a throttle takes 5% back, but not
+// below 70 (farRatio of 100): a step that found no room is not a fall to
+// ramp back from.
+func TestLimiterFailedProbeStartsNoRamp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &RateLimiter{}
+		holdAt(l, 72, 9*time.Second)
+		l.mu.Lock()
+		l.high, l.highAt = 100, time.Now()
+		l.cutAt = time.Now().Add(-3 * time.Second)
+		l.mu.Unlock()
+		driver{t, l}.answer(permit{l: l, epoch: 1}, 429)
+		l.mu.Lock()
+		far, r := l.far(), l.scheduled(time.Now().Add(3*time.Second))
+		l.mu.Unlock()
+		if s := peek(l); s.level != 70 || far || r != 70 {
+			t.Errorf("got level %v, far %v, rate 3 s later %v; want 70, false, 70", s.level, far, r)
+		}
+	})
+}
+
+// TestLimiterTinyMinRate: a run of 60 throttles takes a level of 100/s to
+// 1e-16/s with MinRate 1e-300; the interval between permits stays positive
+// (it overflowed a Duration below about 1e-10/s).
+func TestLimiterTinyMinRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &RateLimiter{MinRate: 1e-300}
+		holdAt(l, 100, time.Hour)
+		d := driver{t, l}
+		for range 59 {
+			d.answer(permit{l: l, epoch: 0}, 429)
+		}
+		d.answer(permit{l: l, epoch: 1}, 429)
+		l.mu.Lock()
+		lv, gap, next := l.level, l.gap, l.next
+		l.mu.Unlock()
+		if gap <= 0 || !next.After(time.Now()) {
+			t.Errorf("level %v: got gap %v, next permit in %v; want both positive", lv, gap, next.Sub(time.Now()))
+		}
+	})
+}
+
 func TestLimiterLevelStaysFinite(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := &RateLimiter{}
