@@ -45,15 +45,16 @@ import (
 //     throttles, give back most.
 //   - Probing: from time to time the rate steps up by a fiftieth of the
 //     demand (equal steps for equal demands, a pull toward equal shares).
-//     A throttle soon after a step takes it back with a twentieth of the
-//     rate (the clients above the others give back most), and the next
-//     probe waits twice as long (up to Recovery); a step that holds is
-//     kept, and the next comes twice as soon (down to a tenth of
-//     Recovery); a step past twice the demand was not tried, and is not
-//     kept. Steps kept in a row
-//     past the rate the last throttle came at mean the capacity grew: from
-//     the second on, each doubles the next (up to 32 times), so that a
-//     capacity that rose without falling first is found in a few steps.
+//     A throttle soon after a step takes it back with 3% of the rate (the
+//     clients above the others give back most), and the next probe waits
+//     twice as long (up to Recovery); a step that holds is kept, and the
+//     next comes twice as soon (down to a tenth of Recovery); a step past
+//     twice the demand was not tried, and is not kept. Steps kept in a row
+//     past the last rate known to be too much (where the last throttle
+//     came, or for a step that found no room, the rate it stepped from)
+//     mean the capacity grew: from the second on, each doubles the next
+//     (up to 32 times), so that a capacity that rose without falling first
+//     is found in a few steps.
 //   - Coming back: a limiter remembers the rate it held before a deep cut
 //     (or sent, unlimited, for 5 s before its first throttle); while far
 //     below it, it ramps back up every 1.5 s, fast, and keeps the old
@@ -107,7 +108,7 @@ const (
 	// their throttles with their own steps: without a cut for them, no
 	// client ever gives back what an unlucky start left it above the
 	// others.
-	probeCut = 0.05
+	probeCut = 0.03
 	// minShare is the least share of the demand a start keeps, so that it
 	// never reaches 0, which marks the start's end.
 	minShare = 1e-9
@@ -235,7 +236,7 @@ type RateLimiter struct {
 	change time.Time     // when the level last changed
 	cutAt  time.Time     // when the last cut was made
 
-	top    float64   // the rate the last throttle came at
+	top    float64   // the rate the last throttle came at; a failed step's level
 	above  int       // probe steps kept in a row since the level passed top
 	high   float64   // the rate held before a deep cut, fading
 	highAt time.Time // when high was last updated
@@ -528,7 +529,9 @@ func (l *RateLimiter) cut(now time.Time, slot time.Duration) {
 			l.top = r
 		case !l.far() && dt >= l.period:
 			l.period = min(l.recovery(), 2*l.period) // the step found no room: back to the level
-			l.top = l.level + l.step
+			// The room ends within a step of the level: steps past it
+			// count toward doubling from the first.
+			l.top = l.level
 			cut := l.level * (1 - probeCut)
 			if l.level >= farRatio*l.high {
 				cut = max(cut, farRatio*l.high) // not a fall to ramp back from

@@ -84,17 +84,17 @@ func sent(l *RateLimiter, epoch uint64) permit {
 
 // state is a copy of the fields the rules set.
 type state struct {
-	share, level, step, high float64
-	period                   time.Duration
-	change, cutAt, next      time.Time
-	epoch                    uint64
-	ramps                    int
+	share, level, step, high, top float64
+	period                        time.Duration
+	change, cutAt, next           time.Time
+	epoch                         uint64
+	ramps                         int
 }
 
 func peek(l *RateLimiter) state {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return state{l.share, l.level, l.step, l.high, l.period, l.change, l.cutAt, l.next, l.epoch, l.ramps}
+	return state{l.share, l.level, l.step, l.high, l.top, l.period, l.change, l.cutAt, l.next, l.epoch, l.ramps}
 }
 
 // startAt21 sends 21 attempts at 21 a second from the bubble's start, the
@@ -295,7 +295,7 @@ func holdAt(l *RateLimiter, level float64, period time.Duration) {
 }
 
 func TestLimiterProbe(t *testing.T) {
-	t.Run("a step that draws a throttle is taken back with 5% of the level, and the next waits twice as long", func(t *testing.T) {
+	t.Run("a step that draws a throttle is taken back with 3% of the level, and the next waits twice as long", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			l := &RateLimiter{}
 			holdAt(l, 10, 9*time.Second) // the step was taken 1 s ago
@@ -304,9 +304,9 @@ func TestLimiterProbe(t *testing.T) {
 			stepped := l.scheduled(time.Now())
 			l.mu.Unlock()
 			d.answer(permit{l: l, epoch: 1}, 429)
-			if s := peek(l); stepped != 10.2 || s.level != 9.5 || s.period != 18*time.Second || s.epoch != 2 {
-				t.Errorf("got rate %v before, then level %v, period %v, %d cuts; want 10.2 (2%% of the demand up), 9.5, 18s, 2",
-					stepped, s.level, s.period, s.epoch)
+			if s := peek(l); stepped != 10.2 || s.level != 9.7 || s.top != 10 || s.period != 18*time.Second || s.epoch != 2 {
+				t.Errorf("got rate %v before, then level %v, top %v, period %v, %d cuts; want 10.2 (2%% of the demand up), 9.7, 10, 18s, 2",
+					stepped, s.level, s.top, s.period, s.epoch)
 			}
 		})
 	})
@@ -1868,7 +1868,7 @@ func TestLimiterRampKeptAsFarAsTested(t *testing.T) {
 }
 
 // TestLimiterFailedProbeStartsNoRamp: holding 72/s with 100/s remembered
-// (not far below it), a probe that draws a throttle takes 5% back, but not
+// (not far below it), a probe that draws a throttle takes 3% back, but not
 // below 70 (farRatio of 100): a step that found no room is not a fall to
 // ramp back from.
 func TestLimiterFailedProbeStartsNoRamp(t *testing.T) {
