@@ -404,12 +404,12 @@ func TestLimiterRampsBack(t *testing.T) {
 	// (100 x 1/16 x 0.8 = 5/s): the limiter remembers 100 and, 2 s after
 	// the cut, ramps back to it, e-fold every 300 ms.
 	deep := func(t *testing.T, l *RateLimiter) driver { return cutDeep(t, l, 100, 5, 5) }
+	reach := rampWait + time.Duration(0.3*math.Log(20)*second) // when a ramp from 5 reaches 100
 	t.Run("a ramp that reaches the rate remembered keeps it", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			l := &RateLimiter{}
 			deep(t, l)
 			cut := time.Now()
-			reach := rampWait + time.Duration(0.3*math.Log(20)*second)
 			l.mu.Lock()
 			got := []float64{l.scheduled(cut.Add(rampWait - 1)), l.scheduled(cut.Add(rampWait + 300*time.Millisecond)), l.scheduled(cut.Add(reach + time.Millisecond))}
 			l.mu.Unlock()
@@ -433,7 +433,6 @@ func TestLimiterRampsBack(t *testing.T) {
 			l := &RateLimiter{}
 			deep(t, l)
 			cut := time.Now()
-			reach := rampWait + time.Duration(0.3*math.Log(20)*second)
 			time.Sleep(reach + blame)
 			l.mu.Lock()
 			l.advance(time.Now())
