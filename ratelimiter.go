@@ -359,15 +359,13 @@ func (l *RateLimiter) advance(now time.Time) {
 			if now.Sub(l.change) < reach+blame {
 				return
 			}
-			end := l.change.Add(reach + blame)
+			tested := min(l.high, l.tested(l.change.Add(reach+blame), now))
 			l.change = l.change.Add(reach)
-			// The ramp reached the rate remembered and held, as far as
-			// it was tested: up to twice the demand, and not at all if
-			// a pause kept anything from being sent until its end.
-			tested := min(l.high, demandCap*l.demandAt(end, now))
-			if !l.pause.Before(end) || tested <= l.level {
-				continue
+			if tested <= l.level {
+				continue // the sends tested it no higher than the level
 			}
+			// The ramp reached the rate remembered and held, as far as it
+			// was tested.
 			l.level = tested
 			l.period = l.recovery() / 10
 			l.step = l.probeStep(now)
@@ -377,10 +375,8 @@ func (l *RateLimiter) advance(now time.Time) {
 		if now.Sub(at) < blame {
 			return
 		}
-		if end := at.Add(blame); !l.pause.Before(end) || l.level+l.step > demandCap*l.demandAt(end, now) {
-			// The step was not tried: a pause kept anything from being
-			// sent until its end, or the demand never reached it. It is
-			// not kept.
+		if l.level+l.step > l.tested(at.Add(blame), now) {
+			// Nothing sent tested the step: it is not kept.
 			l.change = at
 			continue
 		}
@@ -394,24 +390,28 @@ func (l *RateLimiter) advance(now time.Time) {
 	}
 }
 
-// demandAt is the demand at end, read at now: at now if end is later, and
-// otherwise as the meter last read it before now (the events since end
-// included), so that a call that comes late does not find a step or a ramp
-// untested because the demand stopped after it. Must hold mu.
-func (l *RateLimiter) demandAt(end, now time.Time) float64 {
+// tested is the highest rate that the sends of a step or a ramp whose blame
+// window ended at end could have tested, read at now: twice the demand
+// then (the rate is never more), or 0 if a pause kept anything from being
+// sent until end. The demand is read at end, not now, as the meter last
+// read it (the events since included), so that a call that comes late
+// does not find a window untested because the demand stopped after it.
+// Must hold mu.
+func (l *RateLimiter) tested(end, now time.Time) float64 {
+	if !l.pause.Before(end) {
+		return 0
+	}
 	if end.After(now) {
 		end = now
 	}
-	return l.demand.rate(end)
+	return demandCap * l.demand.rate(end)
 }
 
 // probeStep is the size of a probe: a share of the demand, or of the level
-// when the demand is lower, doubled for each step kept in a row above the
-// rate of the last throttle but the first. Must hold mu.
+// when the demand is lower, doubled for each step kept in a row above top
+// but the first (the capacity grew: it is found in a few steps rather than
+// at a fiftieth of the demand each). Must hold mu.
 func (l *RateLimiter) probeStep(now time.Time) float64 {
-	// Steps kept in a row past the rate that drew the last throttle mean
-	// the capacity grew: the steps double, so that it is found in a few
-	// rather than at a fiftieth of the demand each.
 	doublings := min(max(l.above-1, 0), maxDoublings)
 	return probeStep * max(l.demand.rate(now), l.level) * float64(int(1)<<doublings)
 }

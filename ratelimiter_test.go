@@ -252,11 +252,7 @@ func TestLimiterSettles(t *testing.T) {
 		}
 		// Asked for at 20/s meanwhile: the step is within twice the
 		// demand, so it was tried.
-		for end := now.Add(firstProbe + blame); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-			l.mu.Lock()
-			l.demand.add(time.Now())
-			l.mu.Unlock()
-		}
+		askAt(l, 20, firstProbe+blame)
 		l.mu.Lock()
 		l.advance(time.Now())
 		l.mu.Unlock()
@@ -1672,13 +1668,7 @@ func TestLimiterStepsDoublePastTheLastThrottle(t *testing.T) {
 	run := func(t *testing.T, top float64, keeps int) (l *RateLimiter, got []float64) {
 		l = &RateLimiter{}
 		holdAt(l, 10, 2*time.Second)
-		ask := func(d time.Duration) {
-			for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-				l.mu.Lock()
-				l.demand.add(time.Now())
-				l.mu.Unlock()
-			}
-		}
+		ask := func(d time.Duration) { askAt(l, 100, d) }
 		ask(time.Second)
 		l.mu.Lock()
 		l.change, l.top = time.Now(), top
