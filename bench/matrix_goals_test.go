@@ -90,8 +90,6 @@ const (
 		"client happened to send at its first throttle; the AWS SDK's own Jain moves between runs of one seed (seeding crypto/rand does not make them repeat)"
 	missOneThrottle = "one client, three or four throttles a run against the AWS SDK's six: one 429 more or less " +
 		"decides the goal, and a probe that finds no room costs one"
-	missClimb = "a start that cuts below the capacity climbs back by probes of 2% of the demand every 2 s: " +
-		"about a tenth of the capacity goes unused for the first 10 s of a 30 s run"
 )
 
 // TestThrottleMatrixGoals asserts issue 18's goals for the default
