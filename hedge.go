@@ -71,7 +71,7 @@ func (p *Policy) maxHedges() int {
 	if p.MaxHedges <= 0 {
 		return 1
 	}
-	return p.MaxHedges
+	return min(p.MaxHedges, maxHedges)
 }
 
 // A race is one hedged attempt: its copies and the answers they send back.
@@ -87,6 +87,7 @@ type race struct {
 	buf     [2]hedgeCopy
 	next    hedgeCopy // a hedge being prepared: its permit and its share
 	pol     *Policy   // for the delay a late 429 asks the Limiter for
+	failed  failure   // the retryable failure kept while copies run; the call's
 
 	// For an automatic delay, the first copy's latency is measured: up to
 	// its answer, or, when a hedge won, up to the end of the race (it took
@@ -176,6 +177,7 @@ func (r *race) end(winner int) {
 			r.copies[i].cancel()
 		}
 	}
+	r.failed.discard()
 	for {
 		select {
 		case a := <-r.answers:
@@ -196,6 +198,24 @@ func (hc *hedgeCopy) giveBack() {
 	*hc = hedgeCopy{}
 }
 
+// A failure is a copy's retryable failure, kept by the race while other
+// copies may still win. Its answer already reached the limiter.
+type failure struct {
+	i       int
+	resp    *http.Response
+	err     error
+	release func() // the copy's cancel; nil for no failure kept
+	class   Class
+}
+
+// discard disposes of a failure kept, if any, and empties f.
+func (f *failure) discard() {
+	if f.release != nil {
+		go discard(f.resp, f.release)
+	}
+	*f = failure{}
+}
+
 // abandon ends a race that a panicking hook left running.
 func (r *race) abandon() { r.end(-1) }
 
@@ -205,9 +225,11 @@ func (r *race) abandon() { r.end(-1) }
 // permit due; when either has none, it is asked again after a quarter of
 // the delay.
 // The first answer that is not a retryable failure wins; if every copy
-// fails retryably, the last failure is the attempt's outcome, for the retry
-// logic to weigh. The others are canceled and discarded without being
-// waited for.
+// fails retryably, the last throttle (or, without one, the last failure) is
+// the attempt's outcome, for the retry logic to weigh: a copy's 429 is the
+// server asking the retry to slow down, whatever its hedge got. The others
+// are canceled and discarded without being waited for. No hedge is sent
+// once the request's context is done.
 //
 // A hedge's answer wins only while the caller's context is alive (a copy
 // canceled by the caller won nothing). Every copy's 429 reaches the
@@ -240,15 +262,28 @@ func (c *call) sendHedged(delay time.Duration) {
 			o.release = r.copies[a.i].cancel // only the call appends
 			o.class = p.classify(a.resp, a.err)
 			r.copies[a.i].permit.answered(p, a.resp, a.err, o.class)
-			if !o.class.retryable() || inflight == 0 {
+			if !o.class.retryable() {
 				winner = a.i
 				continue
 			}
-			go discard(o.resp, o.release) // a retryable failure while another copy runs
-			o.resp, o.release = nil, nil
+			// A retryable failure while another copy may still win: the
+			// race keeps it, unless it keeps a throttle and this is not one.
+			if f := &r.failed; f.release != nil && f.class == Throttling && o.class != Throttling {
+				go discard(o.resp, o.release)
+			} else {
+				f.discard()
+				*f = failure{a.i, o.resp, o.err, o.release, o.class}
+			}
+			o.resp, o.err, o.release = nil, nil, nil
+			if inflight == 0 {
+				f := r.failed
+				r.failed = failure{}
+				o.resp, o.err, o.release, o.class = f.resp, f.err, f.release, f.class
+				winner = f.i
+			}
 		case <-timer.C:
-			if len(r.copies) >= maxCopies || int(o.hedges.sent) >= p.maxHedges() {
-				continue
+			if len(r.copies) >= maxCopies || int(o.hedges.sent) >= p.maxHedges() || o.sent.Context().Err() != nil {
+				continue // no hedge after the caller gave up: the timer stays quiet
 			}
 			next := delay
 			req, ok := c.hedge(r, o.number+len(r.copies), o.hedges.refused > 0)
@@ -297,7 +332,7 @@ func (c *call) hedge(r *race, n int, again bool) (*http.Request, bool) {
 	hc := &r.next
 	var keep int64
 	if ratio := c.t.Policy.hedgeRatio(); !again && ratio < 1 {
-		keep = int64((1-ratio)*1000 + 0.5)
+		keep = int64((1-ratio)*hedgeUnit + 0.5)
 	}
 	if !c.hs.quota.take(keep) {
 		return nil, false

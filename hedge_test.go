@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -103,16 +105,16 @@ func TestFirstAskLeavesAHedgeForTheSlowest(t *testing.T) {
 	// takes the last one. The request adds its 0.05 to what the share held.
 	tests := []struct {
 		name    string
-		held    int64 // thousandths of a hedge in the share before the request
+		held    int64 // millionths of a hedge in the share before the request
 		took    time.Duration
 		body    string
 		hedges  int
 		refused int
 	}{
-		{"1.95 hedges: hedged at the delay", 1900, 10 * time.Millisecond, "fast", 1, 0},
-		{"1.949 hedges: hedged when asked again", 1899, 12500 * time.Microsecond, "fast", 1, 1},
-		{"1 hedge: hedged when asked again", 950, 12500 * time.Microsecond, "fast", 1, 1},
-		{"0.999 of a hedge: never", 949, 196 * time.Millisecond, "slow", 0, 75},
+		{"1.95 hedges: hedged at the delay", 1_900_000, 10 * time.Millisecond, "fast", 1, 0},
+		{"1.949999 hedges: hedged when asked again", 1_899_999, 12500 * time.Microsecond, "fast", 1, 1},
+		{"1 hedge: hedged when asked again", 950_000, 12500 * time.Microsecond, "fast", 1, 1},
+		{"0.999999 of a hedge: never", 949_999, 196 * time.Millisecond, "slow", 0, 75},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -120,7 +122,7 @@ func TestFirstAskLeavesAHedgeForTheSlowest(t *testing.T) {
 				base := rht.NewTransport(rht.Status(200).WithDelay(196*time.Millisecond).WithBody("slow"), rht.Status(200).WithBody("fast"))
 				var last Attempt
 				tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 10 * time.Millisecond}, OnAttempt: func(a Attempt) { last = a }}
-				tr.hedges.get().quota.milli.Store(tc.held)
+				tr.hedges.get().quota.units.Store(tc.held)
 				start := time.Now()
 				_, body, err := roundTrip(t, tr, newReq(t, "GET", ""))
 				if err != nil {
@@ -700,5 +702,140 @@ func TestClassifyPanicMidRaceUnderQuantile(t *testing.T) {
 		if calls.Load() != 22 {
 			t.Errorf("got %d calls; want 22 (the hedge went out)", calls.Load())
 		}
+	})
+}
+
+// The caller cancels while the first copy's base is slow to notice: no
+// hedge is sent after it. A hedge for a request nobody waits for would take
+// a permit from the Limiter, a share of the hedge quota and a fresh body.
+func TestNoHedgeAfterTheCallerCanceled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int32
+		var deadHedge atomic.Bool
+		base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			if calls.Add(1) == 1 {
+				time.Sleep(time.Second) // slow to notice the cancellation
+				return nil, context.Canceled
+			}
+			if r.Context().Err() != nil {
+				deadHedge.Store(true)
+			}
+			return nil, r.Context().Err()
+		})
+		lim := &RateLimiter{}
+		holdAt(lim, 10, time.Hour)
+		tr := &Transport{Base: base, Limiter: lim, Policy: Policy{HedgeDelay: 50 * time.Millisecond, HedgeRatio: 1}}
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(10*time.Millisecond, cancel)
+		_, err := tr.RoundTrip(newReq(t, "GET", "").WithContext(ctx))
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("got %v; want canceled", err)
+		}
+		if n := calls.Load(); n != 1 || deadHedge.Load() {
+			t.Errorf("got %d copies sent (a hedge with a dead context: %v); want 1: no hedge after the caller canceled", n, deadHedge.Load())
+		}
+		time.Sleep(time.Second) // the first copy lets go
+	})
+}
+
+// The first copy of a hedged attempt is answered 429 with Retry-After: 2
+// while its hedge runs; the hedge then fails with a 503. The throttle, not
+// the last failure, is the attempt's outcome: the retry waits the 2 s the
+// server asked for, not a transient backoff.
+func TestHedgedRetryHonoursACopysRetryAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := rht.NewTransport(
+			rht.RetryAfter(429, "2").WithDelay(20*time.Millisecond), // first copy, answered at 20ms
+			rht.Status(503).WithDelay(20*time.Millisecond),          // hedge at 10ms, answered at 30ms
+			rht.Status(200),
+		)
+		budget := NewBudget(500)
+		var first Attempt
+		tr := &Transport{Base: base, Budget: budget, Policy: Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1, MaxAttempts: 3, Rand: highRand},
+			OnAttempt: func(a Attempt) {
+				if a.Number == 1 {
+					first = a
+				}
+			}}
+		code, _, err := roundTrip(t, tr, newReq(t, "GET", ""))
+		if err != nil || code != 200 {
+			t.Fatalf("got (%d, %v); want 200", code, err)
+		}
+		a := base.Attempts()
+		if len(a) != 3 {
+			t.Fatalf("got %d attempts; want 3", len(a))
+		}
+		if gap := a[2].Time.Sub(a[0].Time) - 20*time.Millisecond; gap < 2*time.Second {
+			t.Errorf("the retry was sent %v after the 429 asked for Retry-After: 2; want at least 2s", gap)
+		}
+		if first.Class != Throttling || first.DelaySource != FromServer {
+			t.Errorf("got the first attempt weighed as %v, its delay from %v; want Throttling, from the server", first.Class, first.DelaySource)
+		}
+
+	})
+}
+
+// MaxHedges: math.MaxInt (no cap but the ratio) means 100: the copies'
+// channel is not sized by it (it overflowed into a negative size).
+func TestMaxHedgesHuge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := rht.NewTransport(rht.Status(200))
+		tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 10 * time.Millisecond, MaxHedges: math.MaxInt}}
+		var perr any
+		func() {
+			defer func() { perr = recover() }()
+			roundTrip(t, tr, newReq(t, "GET", ""))
+		}()
+		if perr != nil {
+			t.Errorf("RoundTrip panicked: %v; want a 200", perr)
+		}
+	})
+}
+
+// Many goroutines through hedging, a RateLimiter shared by PerHost
+// destinations, a ledger budget and a Timeout: every response body the
+// base handed out is closed, no payment is refunded twice, and each call
+// returns a response or an error, never both.
+func TestHedgingWithASharedLimiterPerHost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lim := &RateLimiter{}
+		led := newLedger(t)
+		base := rht.NewTransport(
+			rht.Status(200).WithDelay(30*time.Millisecond).WithBody("slow").Times(40),
+			rht.RetryAfter(429, "1").WithBody("throttled").Times(20),
+			rht.Status(503).WithBody("down").Times(40),
+			rht.Status(200).WithBody("ok").Times(1000),
+		)
+		tr := &Transport{Base: base, Budget: led,
+			PerHost: &PerHost{Limiter: func(string) *RateLimiter { return lim }, Budget: func(string) RetryBudget { return led }},
+			Policy:  Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1, MaxHedges: 2, MaxAttempts: 4, Timeout: 3 * time.Second}}
+		var wg sync.WaitGroup
+		for i := range 60 {
+			wg.Go(func() {
+				time.Sleep(time.Duration(i%7) * time.Millisecond)
+				url := []string{"http://a.test/", "http://b.test/", "http://c.test/"}[i%3]
+				req, _ := http.NewRequest("GET", url, nil)
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				if i%5 == 0 {
+					time.AfterFunc(15*time.Millisecond, cancel)
+				}
+				resp, err := tr.RoundTrip(req.WithContext(ctx))
+				if (resp == nil) == (err == nil) {
+					t.Errorf("got (%v, %v); want a response xor an error", resp, err)
+				}
+				if resp != nil {
+					io.ReadAll(resp.Body)
+					resp.Body.Close()
+				}
+			})
+		}
+		wg.Wait()
+		time.Sleep(time.Second) // late losers drain
+		synctest.Wait()
+		if n := base.OpenBodies(); n != 0 {
+			t.Errorf("got %d response bodies left open; want 0", n)
+		}
+		led.check(t) // no payment refunded twice, none refunded unpaid
 	})
 }

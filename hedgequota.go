@@ -34,44 +34,50 @@ func (l *lazyHedging) get() *hedging {
 }
 
 // hedgeQuota lets hedges be at most a share of requests, in units of a
-// thousandth of a hedge: every hedgeable request adds the share, every
-// hedge takes a whole one. It starts empty, so that a dependency slow for
+// millionth of a hedge (hedgeUnit): every hedgeable request adds the share,
+// at least one unit, every hedge takes a whole one. It starts empty, so that a dependency slow for
 // everyone gets no more than the share in extra copies from its first
 // request on, and holds at most hedgeBurst hedges, so that a quiet spell
 // does not store up a burst.
-type hedgeQuota struct{ milli atomic.Int64 }
+type hedgeQuota struct{ units atomic.Int64 }
 
-const hedgeBurst = 10
+const (
+	hedgeBurst = 10
+	hedgeUnit  = 1_000_000
+	// maxHedges bounds Policy.MaxHedges: the copies of one attempt are
+	// answered into a channel with room for them all.
+	maxHedges = 100
+)
 
 // deposit adds a request's share. A full quota is only read.
 func (q *hedgeQuota) deposit(ratio float64) {
-	add := int64(ratio*1000 + 0.5)
+	add := max(int64(ratio*hedgeUnit+0.5), 1)
 	for {
-		cur := q.milli.Load()
-		if cur >= hedgeBurst*1000 {
+		cur := q.units.Load()
+		if cur >= hedgeBurst*hedgeUnit {
 			return
 		}
-		if q.milli.CompareAndSwap(cur, min(cur+add, hedgeBurst*1000)) {
+		if q.units.CompareAndSwap(cur, min(cur+add, hedgeBurst*hedgeUnit)) {
 			return
 		}
 	}
 }
 
-// take takes one hedge, if the quota holds one and keep thousandths more.
+// take takes one hedge, if the quota holds one and keep units more.
 func (q *hedgeQuota) take(keep int64) bool {
 	for {
-		cur := q.milli.Load()
-		if cur < 1000+keep {
+		cur := q.units.Load()
+		if cur < hedgeUnit+keep {
 			return false
 		}
-		if q.milli.CompareAndSwap(cur, cur-1000) {
+		if q.units.CompareAndSwap(cur, cur-hedgeUnit) {
 			return true
 		}
 	}
 }
 
 // refund gives back a hedge taken and not sent.
-func (q *hedgeQuota) refund() { q.milli.Add(1000) }
+func (q *hedgeQuota) refund() { q.units.Add(hedgeUnit) }
 
 // latency keeps a running quantile of attempt latencies, for an automatic
 // hedge delay: counts in buckets a quarter of a doubling wide (latencies

@@ -340,3 +340,29 @@ func rep(d time.Duration, n int) []time.Duration {
 	}
 	return s
 }
+
+// A HedgeRatio of 0.0004 (a hedge in 2,500 requests) adds its share: with
+// thousandths of a hedge it rounded to none, and no hedge was ever sent.
+func TestSmallHedgeRatioHedges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			select {
+			case <-time.After(5 * time.Millisecond):
+			case <-r.Context().Done():
+				return nil, r.Context().Err()
+			}
+			return &http.Response{StatusCode: 200, Body: http.NoBody, Header: http.Header{}, Request: r}, nil
+		})
+		hedges := 0
+		tr := &Transport{Base: base, Policy: Policy{HedgeDelay: time.Millisecond, HedgeRatio: 0.0004},
+			OnAttempt: func(a Attempt) { hedges += a.Hedges }}
+		for range 5000 { // two hedges' worth of share
+			if _, _, err := roundTrip(t, tr, newReq(t, "GET", "")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if hedges < 1 || hedges > 2 {
+			t.Errorf("got %d hedges in 5000 requests, every one slower than HedgeDelay, with HedgeRatio 0.0004; want 1 or 2", hedges)
+		}
+	})
+}

@@ -366,3 +366,11 @@ func (b *slowStartBody) Read(p []byte) (int, error) {
 }
 
 func (b *slowStartBody) Close() error { return nil }
+
+// countClose is a body that counts its Close calls.
+type countClose struct {
+	io.Reader
+	n *atomic.Int32
+}
+
+func (c *countClose) Close() error { c.n.Add(1); return nil }

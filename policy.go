@@ -123,11 +123,14 @@ type Policy struct {
 	// may be hedged: every such request adds the share, every hedge takes
 	// one whole, starting from none, so that a dependency slow for everyone
 	// gets no more than this share in extra copies. Hedges are not paid
-	// from the Budget. Zero (or NaN) means DefaultHedgeRatio, 5%.
+	// from the Budget. Zero, a negative value, NaN or +Inf means
+	// DefaultHedgeRatio, 5%; a share above 10 means 10 (a hedge quota holds
+	// at most 10 hedges).
 	HedgeRatio float64
 
 	// MaxHedges is the most hedged copies of one attempt, each sent
-	// a hedge delay after the previous one. Zero means 1.
+	// a hedge delay after the previous one. Zero means 1; more than 100
+	// means 100.
 	MaxHedges int
 
 	// SendAttemptHeader makes every attempt carry its number, 1 for the

@@ -760,8 +760,13 @@ func (l *RateLimiter) answer(p *permit, pol *Policy, resp *http.Response, err er
 	throttled := class == Throttling
 	var pause time.Duration
 	if throttled {
+		// Within MaxServerDelay; but the longest wait there is, a number
+		// too large to hold that no Policy honours (ParseRetryAfter),
+		// pauses nothing when MaxServerDelay does not bound it.
 		if d, ok := serverDelay(pol, resp, now); ok {
-			pause = min(d, pol.maxServerDelay())
+			if pause = min(d, pol.maxServerDelay()); pause == math.MaxInt64 {
+				pause = 0
+			}
 		}
 	}
 	l.mu.Lock()

@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net/http"
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -2000,5 +2002,106 @@ func TestLimiterStaleStartSetsNoTop(t *testing.T) {
 	}
 	if rate > 20 {
 		t.Errorf("20 s after the throttle, every attempt since accepted at 20/s: got a rate of %.2f/s; want at most 20/s (%.2f/s without the idle hour)", rate, busyRate)
+	}
+}
+
+// A 429 asking for the longest wait there is (a number too large for a
+// Duration, ParseRetryAfter) is not honoured by the Transport
+// (StopServerDelay), even under MaxServerDelay: math.MaxInt64, and does not
+// pause the Limiter either: it paused it for 292 years.
+func TestLimiterIgnoresARetryAfterNoPolicyHonours(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lim := &RateLimiter{}
+		pol := Policy{MaxServerDelay: math.MaxInt64, MaxAttempts: 2}
+		var rep Report
+		tr := &Transport{Base: rht.NewTransport(rht.RetryAfter(429, "99999999999999999999")), Limiter: lim, Policy: pol}
+		req := newReq(t, "GET", "")
+		req = req.WithContext(WithReport(req.Context(), &rep))
+		code, _, err := roundTrip(t, tr, req)
+		if code != 429 || err != nil || rep.Decision != StopServerDelay {
+			t.Fatalf("got (%d, %v, %v); want the 429 back, StopServerDelay", code, err, rep.Decision)
+		}
+		time.Sleep(time.Hour)
+		ok := &Transport{Base: rht.NewTransport(rht.Status(200)), Limiter: lim, Policy: pol}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, _, err := roundTrip(t, ok, newReq(t, "GET", "").WithContext(ctx)); err != nil {
+			t.Errorf("an hour later: got %v; want a 200 (the Transport did not honour that Retry-After, the Limiter should not either)", err)
+		}
+	})
+}
+
+// A retry waits for its permit through a pause another request's 429 set
+// on a shared limiter, and is canceled: its tokens go back exactly once,
+// its fresh body is closed, and nothing else is sent.
+func TestCanceledInAPauseRefundsOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lim := &RateLimiter{}
+		holdAt(lim, 10, time.Hour) // a permit every 100ms
+		led := newLedger(t)
+		base := rht.NewTransport(rht.Status(503).WithDelay(150*time.Millisecond), rht.Status(200))
+		tr := &Transport{Base: base, Limiter: lim, Budget: led, Policy: Policy{Rand: lowRand}}
+		// The pause: another Transport's 429 with Retry-After: 2, at 100ms.
+		other := &Transport{Base: rht.NewTransport(rht.RetryAfter(429, "2")), Limiter: lim, Policy: Policy{MaxAttempts: 1}}
+		var closes atomic.Int32
+		req := newReq(t, "PUT", "x")
+		req.GetBody = func() (io.ReadCloser, error) {
+			return &countClose{Reader: strings.NewReader("x"), n: &closes}, nil
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		var err error
+		wg.Go(func() { _, err = tr.RoundTrip(req.WithContext(ctx)) }) // sent at 0, 503 at 150ms
+		synctest.Wait()
+		roundTrip(t, other, newReq(t, "GET", "")) // sent at 100ms: 429, pause to 2.1s
+		time.Sleep(time.Second)                   // the retry waits for the pause's end
+		cancel()
+		wg.Wait()
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("got %v; want canceled", err)
+		}
+		led.check(t)
+		if n := led.unsettled(); n != 0 {
+			t.Errorf("got %d Tokens never settled; want 0", n)
+		}
+		if n := closes.Load(); n != 1 {
+			t.Errorf("the retry's fresh body was closed %d times; want 1", n)
+		}
+		rht.AssertAttempts(t, base, 1)
+	})
+}
+
+// The pause a throttle's delay sets on the limiter, for odd headers: none
+// for a negative number, a date in the past, 0 or a fraction;
+// x-amz-retry-after in milliseconds; a huge number clamped to
+// MaxServerDelay (by default MaxDelay).
+func TestLimiterPauseForOddRetryAfters(t *testing.T) {
+	for _, tc := range []struct {
+		name, header, value string
+		want                time.Duration
+	}{
+		{"negative", "Retry-After", "-1", 0},
+		{"date in the past", "Retry-After", "Sun, 06 Nov 1994 08:49:37 GMT", 0},
+		{"zero", "Retry-After", "0", 0},
+		{"fraction", "Retry-After", "1.5", 0},
+		{"x-amz", "X-Amz-Retry-After", "1500", 1500 * time.Millisecond},
+		{"huge", "Retry-After", "99999999999999999999", DefaultMaxDelay},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := &RateLimiter{}
+				holdAt(l, 100, time.Hour)
+				driver{t, l}.answer(permit{l: l, epoch: 1}, 429, tc.header, tc.value)
+				l.mu.Lock()
+				got := l.pause.Sub(time.Now())
+				if l.pause.IsZero() {
+					got = 0
+				}
+				l.mu.Unlock()
+				if got != tc.want {
+					t.Errorf("got a pause of %v; want %v", got, tc.want)
+				}
+			})
+		})
 	}
 }

@@ -226,5 +226,12 @@ func (b *RatioBudget) Refund(t Tokens, sent bool) {
 // Available reports how many more retries the window allows now.
 func (b *RatioBudget) Available() int {
 	allow, made := b.allowed(b.epoch())
-	return int(math.Max(0, math.Floor(allow-made)))
+	switch n := math.Floor(allow - made); {
+	case !(n > 0): // NaN too
+		return 0
+	case n >= float64(math.MaxInt): // int(n) would be undefined
+		return math.MaxInt
+	default:
+		return int(n)
+	}
 }

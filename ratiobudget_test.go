@@ -321,3 +321,15 @@ func TestRatioBudgetDelayedWithdrawRefundsItsSlot(t *testing.T) {
 		t.Errorf("got %d available after refunding the delayed retry; want %d (it was counted in the current slot)", got, before+1)
 	}
 }
+
+// An allowance past MaxInt (a MinPerSecond or Ratio meaning no limit) is
+// MaxInt retries left: int of such a float is undefined (MinInt64 on
+// amd64).
+func TestRatioBudgetAvailableHuge(t *testing.T) {
+	for _, b := range []*RatioBudget{{MinPerSecond: 1e300}, {MinPerSecond: math.MaxFloat64}, {Ratio: math.MaxFloat64}} {
+		b.Deposit(true)
+		if got := b.Available(); got != math.MaxInt {
+			t.Errorf("RatioBudget{Ratio: %v, MinPerSecond: %v}.Available() = %d; want MaxInt", b.Ratio, b.MinPerSecond, got)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -585,4 +586,36 @@ func TestFieldsSetAfterAnEarlyMethodCall(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A keyed POST through hedging, a limiting Limiter, SendAttemptHeader and a
+// Timeout, retried after a 429 and a 503: the caller's request (its header,
+// context, body and GetBody) is as it was, and its body is closed once.
+func TestCallerRequestUntouchedThroughEverything(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lim := &RateLimiter{}
+		holdAt(lim, 100, time.Hour)
+		base := rht.NewTransport(rht.Status(429).WithDelay(20*time.Millisecond), rht.Status(503).WithDelay(20*time.Millisecond), rht.Status(200))
+		tr := &Transport{Base: base, Limiter: lim, Policy: Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1,
+			SendAttemptHeader: true, Timeout: 10 * time.Second, Rand: lowRand}}
+		var closes atomic.Int32
+		req := newReq(t, "POST", "")
+		req.Body = &countClose{Reader: strings.NewReader("x"), n: &closes}
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader("x")), nil }
+		req.Header.Set("X-Mine", "1")
+		before := req.Header.Clone()
+		ctx, body := req.Context(), req.Body
+		code, _, err := roundTrip(t, tr, req)
+		if err != nil || code != 200 {
+			t.Fatalf("got (%d, %v); want 200", code, err)
+		}
+		if !reflect.DeepEqual(req.Header, before) || req.Context() != ctx || req.Body != body {
+			t.Errorf("the caller's request changed: header %v (was %v)", req.Header, before)
+		}
+		if n := closes.Load(); n != 1 {
+			t.Errorf("the caller's body was closed %d times; want 1", n)
+		}
+		rht.AssertAttempts(t, base, 3)
+		rht.AssertStableKey(t, base)
+	})
 }
