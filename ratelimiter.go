@@ -54,7 +54,13 @@ import (
 //     came, or for a step that found no room, the rate it stepped from)
 //     mean the capacity grew: from the second on, each doubles the next
 //     (up to 32 times), so that a capacity that rose without falling first
-//     is found in a few steps.
+//     is found in a few steps. So do steps kept after 4 s without a
+//     throttle by a limiter whose demand is three times its rate or more:
+//     below top, a rate left low by the start's last cuts climbs at 2% of
+//     the demand a step, and a capacity that rose meanwhile is found only
+//     once top is passed. A limiter that asks for less than three times its
+//     rate, or draws throttles every few seconds, is near its share, and
+//     its steps stay small.
 //   - Coming back: a limiter remembers the rate it held before a deep cut
 //     (or sent, unlimited, for 5 s before its first throttle); while far
 //     below it, it ramps back up every 1.5 s, fast, and keeps the old
@@ -137,6 +143,11 @@ const (
 	// kept in a row after the first doubles the next, up to this many
 	// times.
 	maxDoublings = 5
+	// quiet and quietDemand: a step kept quiet after the last cut, with
+	// the demand at least quietDemand times the level, counts toward
+	// doubling as one past top does.
+	quiet       = 4 * time.Second
+	quietDemand = 3.0
 	// firstProbe is the wait for the first probe after the start.
 	firstProbe = 500 * time.Millisecond
 	// blame is how long after its step a throttle takes the step back.
@@ -237,7 +248,7 @@ type RateLimiter struct {
 	cutAt  time.Time     // when the last cut was made
 
 	top    float64   // the rate the last throttle came at; a failed step's level
-	above  int       // probe steps kept in a row since the level passed top
+	above  int       // probe steps kept in a row since the level passed top, or quiet
 	high   float64   // the rate held before a deep cut, fading
 	highAt time.Time // when high was last updated
 	ramps  int       // ramps back to high that failed
@@ -381,7 +392,7 @@ func (l *RateLimiter) advance(now time.Time) {
 			continue
 		}
 		l.level += l.step
-		if l.level > l.top {
+		if l.level > l.top || l.quiet(at, now) {
 			l.above++
 		}
 		l.change = at
@@ -407,8 +418,21 @@ func (l *RateLimiter) tested(end, now time.Time) float64 {
 	return demandCap * l.demand.rate(end)
 }
 
+// quiet reports whether a step due at at and kept, asked at now, was quiet
+// enough to count toward doubling though below top: quiet after the last
+// cut, with a demand, read when its blame window ended, of quietDemand
+// times the level or more. Must hold mu.
+func (l *RateLimiter) quiet(at, now time.Time) bool {
+	end := at.Add(blame)
+	if end.After(now) {
+		end = now
+	}
+	return at.Sub(l.cutAt) >= quiet && l.demand.rate(end) >= quietDemand*l.level
+}
+
 // probeStep is the size of a probe: a share of the demand, or of the level
 // when the demand is lower, doubled for each step kept in a row above top
+// (or quiet)
 // but the first (the capacity grew: it is found in a few steps rather than
 // at a fiftieth of the demand each). Must hold mu.
 func (l *RateLimiter) probeStep(now time.Time) float64 {

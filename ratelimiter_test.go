@@ -1664,12 +1664,14 @@ func TestCanceledWaitersGiveBackEverySlot(t *testing.T) {
 // times a fiftieth of the demand; below that rate they do not; a throttle
 // takes the step back and the next is a fiftieth again.
 func TestLimiterStepsDoublePastTheLastThrottle(t *testing.T) {
-	// holdAt(10), asked for at 100/s: each step is a fiftieth of the
+	// holdAt(level), asked for at 100/s: each step is a fiftieth of the
 	// demand, and one is kept every 2 s (Recovery/10) while the level it
-	// sets is within twice the demand (200/s).
-	run := func(t *testing.T, top float64, keeps int) (l *RateLimiter, got []float64) {
+	// sets is within twice the demand (200/s). The last cut was 10 s
+	// before, or, with cutEach, is made again (its time only) before each
+	// step, which is then never quiet.
+	run := func(t *testing.T, level, top float64, keeps int, cutEach bool) (l *RateLimiter, got []float64) {
 		l = &RateLimiter{}
-		holdAt(l, 10, 2*time.Second)
+		holdAt(l, level, 2*time.Second)
 		ask := func(d time.Duration) { askAt(l, 100, d) }
 		ask(time.Second)
 		l.mu.Lock()
@@ -1678,6 +1680,11 @@ func TestLimiterStepsDoublePastTheLastThrottle(t *testing.T) {
 		l.mu.Unlock()
 		ask(blame)
 		for range keeps {
+			if cutEach {
+				l.mu.Lock()
+				l.cutAt = time.Now()
+				l.mu.Unlock()
+			}
 			ask(2 * time.Second)
 			now := time.Now()
 			l.mu.Lock()
@@ -1689,7 +1696,7 @@ func TestLimiterStepsDoublePastTheLastThrottle(t *testing.T) {
 	}
 	t.Run("past the last throttle", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			l, got := run(t, 10, 8)
+			l, got := run(t, 10, 10, 8, false)
 			// Levels of about 12, 14, 18, 26, 42, 74, 138; the next step
 			// passes twice the demand: it is not tried, nor kept.
 			if want := []float64{1, 2, 4, 8, 16, 32, 32, 32}; !reflect.DeepEqual(got, want) {
@@ -1705,14 +1712,26 @@ func TestLimiterStepsDoublePastTheLastThrottle(t *testing.T) {
 			}
 		})
 	})
-	t.Run("below it", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			_, got := run(t, 100, 4)
-			if want := []float64{1, 1, 1, 1}; !reflect.DeepEqual(got, want) {
-				t.Errorf("got steps of %v fiftieths of the demand; want %v", got, want)
-			}
+	below := []struct {
+		name    string
+		level   float64
+		cutEach bool
+		want    []float64
+	}{
+		{"below it, with a cut within 4 s of each step", 10, true, []float64{1, 1, 1, 1}},
+		{"below it, quiet, asked for three times the level or more", 10, false, []float64{1, 2, 4, 8}},
+		{"below it, quiet, asked for less than three times the level", 40, false, []float64{1, 1, 1, 1}},
+	}
+	for _, tc := range below {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				_, got := run(t, tc.level, 100, 4, tc.cutEach)
+				if !reflect.DeepEqual(got, tc.want) {
+					t.Errorf("got steps of %v fiftieths of the demand; want %v", got, tc.want)
+				}
+			})
 		})
-	})
+	}
 }
 
 // windowServer accepts at most limit attempts in each whole second of the

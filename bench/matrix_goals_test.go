@@ -33,6 +33,7 @@ var knownMisses = map[[2]string]string{
 	{"steady/10c/5x/5ms/2s", Goal429s}:          missStart,
 	{"steady/10u/5x/5ms/2s", Goal429s}:          missStart,
 	{"steady/10c/5x/50ms/500ms", Goal429s}:      missStart,
+	{"steady/10c/5x/50ms/500ms", GoalFairness}:  missFairness,
 	{"halves/20c/5x/0ms/1s", Goal429s}:          missStart,
 	{"halves/10c/5x/5ms/1s", Goal429s}:          missStart,
 	{"halves/10c/5x/5ms/1s", GoalFairness}:      missFairness,
@@ -42,9 +43,9 @@ var knownMisses = map[[2]string]string{
 	{"drop10x/10u/1.25x/50ms/5s", GoalGoodput}:  missComeBack,
 	{"drop10x/10u/1.25x/50ms/5s", Goal429s}:     missRamps,
 	{"drop10x/10u/1.25x/50ms/5s", GoalRecovery}: missRecovery,
-	{"drop10x/10u/1.25x/50ms/5s", GoalFairness}: missFairness,
 	{"steps/10c/2x/5ms/1s", GoalGoodput}:        missComeBack,
 	{"steps/10c/2x/5ms/1s", Goal429s}:           missRamps,
+	{"steps/10c/2x/5ms/1s", GoalFairness}:       missFairness,
 	{"steady/10c/5x/5ms/2s/ra", GoalGoodput}:    missRetryAfter,
 	{"steady/10u/2x/0ms/500ms", GoalGoodput}:    missLowRate,
 	{"steady/10u/2x/0ms/500ms", GoalFairness}:   missFairness,
@@ -65,6 +66,7 @@ var knownMisses = map[[2]string]string{
 	{"drop10x/100c/1.25x/0ms/5s", GoalFairness}: missFairness,
 	{"steps/20u/5x/50ms/2s", GoalGoodput}:       missComeBack,
 	{"steps/20u/5x/50ms/2s", Goal429s}:          missStart,
+	{"steady/100u/5x/5ms/5s/ra", Goal429s}:      missStart,
 	{"steady/100u/5x/5ms/5s/ra", GoalFairness}:  missFairness,
 }
 
