@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -122,7 +123,7 @@ func TestFirstAskLeavesAHedgeForTheSlowest(t *testing.T) {
 				base := rht.NewTransport(rht.Status(200).WithDelay(196*time.Millisecond).WithBody("slow"), rht.Status(200).WithBody("fast"))
 				var last Attempt
 				tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 10 * time.Millisecond}, OnAttempt: func(a Attempt) { last = a }}
-				tr.hedges.get().quota.units.Store(tc.held)
+				tr.hedges.get().quota.units.Store(tc.held * (hedgeUnit / 1_000_000))
 				start := time.Now()
 				_, body, err := roundTrip(t, tr, newReq(t, "GET", ""))
 				if err != nil {
@@ -838,4 +839,503 @@ func TestHedgingWithASharedLimiterPerHost(t *testing.T) {
 		}
 		led.check(t) // no payment refunded twice, none refunded unpaid
 	})
+}
+
+// scriptStep is one copy's scripted answer: after delay (or when its context
+// ends first, with the context's error), a status with a body naming the
+// copy, or err.
+type scriptStep struct {
+	delay time.Duration
+	code  int
+	ra    string
+	err   error
+	hang  bool // until the copy's context ends
+	deaf  bool // the delay ignores the copy's context
+}
+
+// scriptBase answers the copies in the order they are sent, and counts each
+// body's Close calls.
+type scriptBase struct {
+	steps []scriptStep
+	mu    sync.Mutex
+	n     int
+	sent  []time.Time
+	bods  []*atomic.Int32
+	ctxs  []context.Context
+}
+
+type countedBody struct {
+	io.Reader
+	n *atomic.Int32
+}
+
+func (b *countedBody) Close() error { b.n.Add(1); return nil }
+
+func (b *scriptBase) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body != nil {
+		io.ReadAll(r.Body)
+		r.Body.Close()
+	}
+	b.mu.Lock()
+	i := b.n
+	b.n++
+	b.sent = append(b.sent, time.Now())
+	b.ctxs = append(b.ctxs, r.Context())
+	b.mu.Unlock()
+	st := scriptStep{code: 200}
+	if i < len(b.steps) {
+		st = b.steps[i]
+	}
+	ctx := r.Context()
+	if st.hang {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	if st.deaf {
+		time.Sleep(st.delay)
+	} else if st.delay > 0 {
+		timer := time.NewTimer(st.delay)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, ctx.Err()
+		}
+	}
+	if st.err != nil {
+		return nil, st.err
+	}
+	n := new(atomic.Int32)
+	b.mu.Lock()
+	b.bods = append(b.bods, n)
+	b.mu.Unlock()
+	h := http.Header{}
+	if st.ra != "" {
+		h.Set("Retry-After", st.ra)
+	}
+	return &http.Response{StatusCode: st.code, Header: h, Body: &countedBody{strings.NewReader(fmt.Sprintf("copy%d", i)), n}, Request: r}, nil
+}
+
+// checkBodies reports every body not closed exactly once.
+func (b *scriptBase) checkBodies(t *testing.T) {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, n := range b.bods {
+		if c := n.Load(); c != 1 {
+			t.Errorf("response body %d closed %d times; want exactly 1", i, c)
+		}
+	}
+}
+
+var errScriptReset = &wrappedErr{syscall.ECONNRESET}
+
+// Three copies (the first at 0, hedges at 10 and 20 ms) answered at 25, 30
+// and 35 ms in every order of failures; MaxAttempts 3, so the race's
+// outcome goes to the caller. The outcome is the last throttle, or without
+// one the last failure; its body is readable and named for its copy; the
+// Attempt and the Report are the outcome's; every body is closed once; the
+// limiter saw each copy's answer once.
+func TestHedgedOutcomeOrders(t *testing.T) {
+	thr := func(d time.Duration, ra string) scriptStep { return scriptStep{delay: d, code: 429, ra: ra} }
+	unav := func(d time.Duration) scriptStep { return scriptStep{delay: d, code: 503} }
+	reset := func(d time.Duration) scriptStep { return scriptStep{delay: d, err: errScriptReset} }
+	ok := func(d time.Duration) scriptStep { return scriptStep{delay: d, code: 200} }
+	tests := []struct {
+		name  string
+		steps []scriptStep
+		code  int    // 0 for an error
+		body  string // the outcome's copy
+		class Class
+	}{
+		{"429, reset, 503", []scriptStep{thr(25*time.Millisecond, "1"), reset(20 * time.Millisecond), unav(15 * time.Millisecond)}, 429, "copy0", Throttling},
+		{"503, 429, reset", []scriptStep{unav(25 * time.Millisecond), thr(20*time.Millisecond, "1"), reset(15 * time.Millisecond)}, 429, "copy1", Throttling},
+		{"reset, 503, 503", []scriptStep{reset(25 * time.Millisecond), unav(20 * time.Millisecond), unav(15 * time.Millisecond)}, 503, "copy2", Transient},
+		{"429, 429, 503", []scriptStep{thr(25*time.Millisecond, "1"), thr(20*time.Millisecond, "2"), unav(15 * time.Millisecond)}, 429, "copy1", Throttling},
+		{"503, reset, 429", []scriptStep{unav(25 * time.Millisecond), reset(20 * time.Millisecond), thr(15*time.Millisecond, "1")}, 429, "copy2", Throttling},
+		{"503, 503, reset", []scriptStep{unav(25 * time.Millisecond), unav(20 * time.Millisecond), reset(15 * time.Millisecond)}, 0, "", Transient},
+		{"reset, reset, reset", []scriptStep{reset(25 * time.Millisecond), reset(20 * time.Millisecond), reset(15 * time.Millisecond)}, 0, "", Transient},
+		{"429, 200, hang", []scriptStep{thr(25*time.Millisecond, "1"), ok(20 * time.Millisecond), {hang: true}}, 200, "copy1", Success},
+		{"429, reset, 200", []scriptStep{thr(25*time.Millisecond, "1"), reset(20 * time.Millisecond), ok(15 * time.Millisecond)}, 200, "copy2", Success},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := &scriptBase{steps: tc.steps}
+				inner := &Transport{Base: base, Policy: Policy{MaxAttempts: 1}}
+				var rep Report
+				var atts []Attempt
+				tr := &Transport{Base: inner, Policy: Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 10, MaxHedges: 2, MaxAttempts: 3, SendAttemptHeader: true},
+					OnAttempt: func(a Attempt) { atts = append(atts, a) }}
+				ctx := newOnceWatchCtx()
+				req, _ := http.NewRequestWithContext(WithReport(ctx, &rep), "GET", "http://example.test/", nil)
+				resp, err := tr.RoundTrip(req)
+				if (resp == nil) == (err == nil) {
+					t.Fatalf("got (%v, %v); want a response xor an error", resp, err)
+				}
+				if tc.code == 0 {
+					if err == nil || !errors.Is(err, syscall.ECONNRESET) {
+						t.Errorf("got %v; want the reset", err)
+					}
+				} else {
+					if err != nil {
+						t.Fatalf("got %v; want a %d", err, tc.code)
+					}
+					b, rerr := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != tc.code || string(b) != tc.body || rerr != nil {
+						t.Errorf("got %d %q (%v); want %d %q", resp.StatusCode, b, rerr, tc.code, tc.body)
+					}
+				}
+				if len(atts) != 1 || atts[0].Class != tc.class || (atts[0].Err == nil) != (tc.code != 0) {
+					t.Errorf("got attempts %+v; want one, of class %v", atts, tc.class)
+				}
+				// The Report holds the outer attempt and the inner one of the
+				// outcome's copy (its Attempt header names it).
+				if tc.body != "" {
+					want := strings.TrimPrefix(tc.body, "copy")
+					var inners []string
+					for _, a := range rep.Attempts {
+						if a.Request != nil && a.Request.Header.Get(AttemptHeader) != "" && a.Request != atts[0].Request {
+							inners = append(inners, a.Request.Header.Get(AttemptHeader))
+						}
+					}
+					wantN := fmt.Sprint(mustAtoi(want) + 1)
+					if len(inners) != 1 || inners[0] != wantN {
+						t.Errorf("got inner attempts of copies %v in the Report; want only the outcome's, %s", inners, wantN)
+					}
+				}
+				time.Sleep(time.Second)
+				synctest.Wait()
+				base.checkBodies(t)
+				if n := ctx.held(); n != 0 {
+					t.Errorf("got %d derived contexts still running; want 0", n)
+				}
+			})
+		})
+	}
+}
+
+func mustAtoi(s string) int {
+	var n int
+	fmt.Sscan(s, &n)
+	return n
+}
+
+// Classify panics at its k-th call, with failures kept by the race, and
+// OnAttempt panics after a race whose outcome was a kept failure: the panic
+// reaches the caller, every body is closed once, every context released,
+// and nothing runs on.
+func TestHedgedPanicsWithKeptFailures(t *testing.T) {
+	thr := func(d time.Duration) scriptStep { return scriptStep{delay: d, code: 429, ra: "1"} }
+	unav := func(d time.Duration) scriptStep { return scriptStep{delay: d, code: 503} }
+	reset := func(d time.Duration) scriptStep { return scriptStep{delay: d, err: errScriptReset} }
+	orders := map[string][]scriptStep{
+		"429, reset, 503": {thr(25 * time.Millisecond), reset(20 * time.Millisecond), unav(15 * time.Millisecond)},
+		"503, 429, 503":   {unav(25 * time.Millisecond), thr(20 * time.Millisecond), unav(15 * time.Millisecond)},
+		"503, 503, 429":   {unav(25 * time.Millisecond), unav(20 * time.Millisecond), thr(15 * time.Millisecond)},
+		"429, 429, hang":  {thr(25 * time.Millisecond), thr(20 * time.Millisecond), {hang: true}},
+		"same time":       {unav(20 * time.Millisecond), thr(10 * time.Millisecond), unav(0)},
+	}
+	for name, steps := range orders {
+		for k := 1; k <= 4; k++ { // k 4: OnAttempt
+			t.Run(fmt.Sprintf("%s/panic %d", name, k), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					base := &scriptBase{steps: steps}
+					var calls int
+					p := Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 10, MaxHedges: 2, MaxAttempts: 3, Timeout: time.Minute,
+						Classify: func(resp *http.Response, err error) Class {
+							calls++
+							if calls == k {
+								panic("classify")
+							}
+							return DefaultClassify(resp, err)
+						}}
+					var hook func(Attempt)
+					if k == 4 {
+						hook = func(Attempt) { panic("hook") }
+					}
+					lim := &RateLimiter{}
+					holdAt(lim, 1000, time.Hour)
+					tr := &Transport{Base: base, Policy: p, OnAttempt: hook, Limiter: lim, Budget: newLedger(t)}
+					ctx := newOnceWatchCtx()
+					req, _ := http.NewRequestWithContext(ctx, "GET", "http://example.test/", nil)
+					func() {
+						defer func() { recover() }() // the hook's panic, when its call comes
+						if resp, err := tr.RoundTrip(req); err == nil {
+							resp.Body.Close()
+						}
+					}()
+					time.Sleep(time.Hour)
+					synctest.Wait()
+					base.checkBodies(t)
+					if n := ctx.held(); n != 0 {
+						t.Errorf("got %d derived contexts still running; want 0", n)
+					}
+				})
+			})
+		}
+	}
+}
+
+// onceWatchCtx counts the contexts derived from it that are still running;
+// a stop called twice (a timerCtx's timer, then its cancel) counts once.
+type onceWatchCtx struct {
+	context.Context
+	done    chan struct{}
+	running atomic.Int32
+}
+
+func newOnceWatchCtx() *onceWatchCtx {
+	return &onceWatchCtx{Context: context.Background(), done: make(chan struct{})}
+}
+
+func (c *onceWatchCtx) Done() <-chan struct{} { return c.done }
+
+func (c *onceWatchCtx) AfterFunc(func()) func() bool {
+	c.running.Add(1)
+	var once sync.Once
+	return func() bool { once.Do(func() { c.running.Add(-1) }); return true }
+}
+
+func (c *onceWatchCtx) held() int { return int(c.running.Load()) }
+
+// The limiter sees each copy's answer once: a kept failure, a discarded
+// one, the winner and a late 429 that comes after the race is over.
+func TestHedgedLimiterSeesEachAnswerOnce(t *testing.T) {
+	type counts struct {
+		epoch              uint64
+		answers, throttles int
+	}
+	tests := []struct {
+		name  string
+		steps []scriptStep
+		want  counts
+	}{
+		// 429 (a cut: epoch 2, counts reset), then a reset (an error,
+		// not counted), then a 503 (answers 1).
+		{"429, reset, 503", []scriptStep{{delay: 25 * time.Millisecond, code: 429}, {delay: 20 * time.Millisecond, err: errScriptReset}, {delay: 15 * time.Millisecond, code: 503}}, counts{2, 1, 0}},
+		// 429 cuts; the second 429 is of the round before (1 answer, 1
+		// throttle); the 503 another answer.
+		{"429, 429, 503", []scriptStep{{delay: 25 * time.Millisecond, code: 429}, {delay: 20 * time.Millisecond, code: 429}, {delay: 15 * time.Millisecond, code: 503}}, counts{2, 2, 1}},
+		// 503 (answers 1), 429 cuts, 200 wins (answers 1).
+		{"503, 429, 200", []scriptStep{{delay: 25 * time.Millisecond, code: 503}, {delay: 20 * time.Millisecond, code: 429}, {delay: 15 * time.Millisecond, code: 200}}, counts{2, 1, 0}},
+		// 200 wins at 25; the deaf copies answer 429 late, at 30 and 35:
+		// the first cuts, the second counts in the new round.
+		{"200, late 429, late 429", []scriptStep{{delay: 25 * time.Millisecond, code: 200}, {delay: 20 * time.Millisecond, code: 429, deaf: true}, {delay: 15 * time.Millisecond, code: 429, deaf: true}}, counts{2, 1, 1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := &scriptBase{steps: tc.steps}
+				lim := &RateLimiter{}
+				holdAt(lim, 1000, time.Hour)
+				lim.mu.Lock()
+				lim.answers = 0
+				lim.mu.Unlock()
+				tr := &Transport{Base: base, Limiter: lim, Policy: Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 10, MaxHedges: 2, MaxAttempts: 3}}
+				resp, err := tr.RoundTrip(newReq(t, "GET", ""))
+				if err == nil {
+					io.ReadAll(resp.Body)
+					resp.Body.Close()
+				}
+				time.Sleep(time.Second)
+				synctest.Wait()
+				if base.n != 3 {
+					t.Fatalf("got %d copies; want 3", base.n)
+				}
+				lim.mu.Lock()
+				got := counts{lim.epoch, lim.answers, lim.throttles}
+				lim.mu.Unlock()
+				if got != tc.want {
+					t.Errorf("got limiter %+v; want %+v", got, tc.want)
+				}
+				base.checkBodies(t)
+			})
+		})
+	}
+}
+
+// A kept 429's Retry-After is honoured by the retry, and capped by
+// MaxServerDelay (StopServerDelay: the 429 goes back, readable).
+func TestHedgedKeptRetryAfter(t *testing.T) {
+	steps := func() []scriptStep {
+		return []scriptStep{{delay: 25 * time.Millisecond, code: 503}, {delay: 20 * time.Millisecond, code: 429, ra: "3"}, {delay: 15 * time.Millisecond, err: errScriptReset}, {code: 200}}
+	}
+	t.Run("honoured", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			base := &scriptBase{steps: steps()}
+			var atts []Attempt
+			tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 10, MaxHedges: 2, MaxAttempts: 4, Rand: lowRand},
+				OnAttempt: func(a Attempt) { atts = append(atts, a) }}
+			start := time.Now()
+			code, body, err := roundTrip(t, tr, newReq(t, "GET", ""))
+			if err != nil || code != 200 || body != "copy3" {
+				t.Fatalf("got (%d %q, %v); want copy3's 200", code, body, err)
+			}
+			if gap := base.sent[3].Sub(start) - 30*time.Millisecond; gap < 3*time.Second {
+				t.Errorf("retry sent %v after the 429 asked for 3s", gap)
+			}
+			if atts[0].Class != Throttling || atts[0].DelaySource != FromServer || atts[0].Err != nil {
+				t.Errorf("got first attempt %+v; want the 429's", atts[0])
+			}
+			time.Sleep(time.Second)
+			synctest.Wait()
+			base.checkBodies(t)
+		})
+	})
+	t.Run("beyond MaxServerDelay", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			base := &scriptBase{steps: steps()}
+			var rep Report
+			tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 10, MaxHedges: 2, MaxAttempts: 4, MaxServerDelay: time.Second}}
+			req := newReq(t, "GET", "")
+			code, body, err := roundTrip(t, tr, req.WithContext(WithReport(req.Context(), &rep)))
+			if err != nil || code != 429 || body != "copy1" || rep.Decision != StopServerDelay {
+				t.Errorf("got (%d %q, %v, %v); want copy1's 429, StopServerDelay", code, body, err, rep.Decision)
+			}
+			time.Sleep(time.Second)
+			synctest.Wait()
+			base.checkBodies(t)
+		})
+	})
+}
+
+// The caller cancels, or its deadline passes, while a 429 is kept and
+// another copy runs: a response xor an error, every body closed once, no
+// hedge after the end, no context left running.
+func TestHedgedCallerEndsMidRace(t *testing.T) {
+	for _, deadline := range []bool{false, true} {
+		t.Run(fmt.Sprint("deadline ", deadline), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := &scriptBase{steps: []scriptStep{{delay: 25 * time.Millisecond, code: 429, ra: "1"}, {hang: true}, {hang: true}}}
+				tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 10, MaxHedges: 2, MaxAttempts: 5}}
+				wctx := newOnceWatchCtx()
+				var ctx context.Context
+				var cancel context.CancelFunc
+				if deadline {
+					ctx, cancel = context.WithTimeout(wctx, 27*time.Millisecond)
+				} else {
+					ctx, cancel = context.WithCancel(wctx)
+					time.AfterFunc(27*time.Millisecond, cancel)
+				}
+				req, _ := http.NewRequestWithContext(ctx, "GET", "http://example.test/", nil)
+				resp, err := tr.RoundTrip(req)
+				t.Logf("got resp %v, err %v", resp != nil, err)
+				if (resp == nil) == (err == nil) {
+					t.Fatalf("got (%v, %v); want a response xor an error", resp, err)
+				}
+				if resp != nil {
+					b, rerr := io.ReadAll(resp.Body)
+					t.Logf("body %q %v", b, rerr)
+					resp.Body.Close()
+				}
+				cancel()
+				time.Sleep(time.Second)
+				synctest.Wait()
+				if base.n != 3 {
+					t.Errorf("got %d copies; want 3 (hedges at 10 and 20 ms, none after)", base.n)
+				}
+				base.checkBodies(t)
+				if n := wctx.held(); n != 0 {
+					t.Errorf("got %d derived contexts still running; want 0", n)
+				}
+			})
+		})
+	}
+}
+
+// Random races of up to four copies (hedges at 10, 20, 30 ms) against a
+// model of the rule: the first answer that is not a retryable failure wins;
+// when every copy sent fails, the last throttle, or without one the last
+// failure, is the outcome. Every body is closed once; no context is left.
+func TestHedgedRandomRaces(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	kinds := []scriptStep{{code: 200}, {code: 429, ra: "1"}, {code: 503}, {err: errScriptReset}, {code: 404}}
+	for c := range 300 {
+		var steps []scriptStep
+		used := map[int]bool{}
+		var at []int
+		for i := range 4 {
+			var d int
+			for {
+				d = 1 + 2*rng.IntN(30)
+				if !used[10*i+d] {
+					break
+				}
+			}
+			used[10*i+d] = true
+			st := kinds[rng.IntN(len(kinds))]
+			st.delay = time.Duration(d) * time.Millisecond
+			steps = append(steps, st)
+			at = append(at, 10*i+d)
+		}
+		// The model.
+		winner, kept, inflight, launched := -1, -1, 0, 0
+		for now := 0; winner < 0 && now < 200; now++ {
+			if now%10 == 0 && now/10 < 4 && now/10 == launched && (launched == 0 || inflight > 0) {
+				launched++
+				inflight++
+			}
+			for i := 0; i < launched; i++ {
+				if at[i] != now {
+					continue
+				}
+				inflight--
+				st := steps[i]
+				retryable := st.err != nil || st.code == 429 || st.code == 503
+				if !retryable {
+					winner = i
+					break
+				}
+				if !(kept >= 0 && steps[kept].code == 429 && st.code != 429) {
+					kept = i
+				}
+				if inflight == 0 {
+					winner = kept
+				}
+			}
+		}
+		if w := steps[winner]; (w.err != nil || w.code == 429 || w.code == 503) && launched < 4 {
+			continue // a retry follows: the race is not the request's last attempt
+		}
+		name := fmt.Sprint(c)
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := &scriptBase{steps: steps}
+				tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 10, MaxHedges: 3, MaxAttempts: 4}}
+				wctx := newOnceWatchCtx()
+				req, _ := http.NewRequestWithContext(wctx, "GET", "http://example.test/", nil)
+				resp, err := tr.RoundTrip(req)
+				if (resp == nil) == (err == nil) {
+					t.Fatalf("got (%v, %v); want a response xor an error", resp, err)
+				}
+				want := steps[winner]
+				if want.err != nil {
+					if err == nil {
+						t.Errorf("steps %+v: got a %d; want copy %d's error", steps, resp.StatusCode, winner)
+					}
+				} else if err != nil {
+					t.Errorf("steps %+v: got %v; want copy %d's %d", steps, err, winner, want.code)
+				} else {
+					b, _ := io.ReadAll(resp.Body)
+					if resp.StatusCode != want.code || string(b) != fmt.Sprintf("copy%d", winner) {
+						t.Errorf("steps %+v: got %d %q; want copy %d's %d", steps, resp.StatusCode, b, winner, want.code)
+					}
+				}
+				if resp != nil {
+					resp.Body.Close()
+				}
+				time.Sleep(time.Second)
+				synctest.Wait()
+				if base.n != launched {
+					t.Errorf("got %d copies; want %d", base.n, launched)
+				}
+				base.checkBodies(t)
+				if n := wctx.held(); n != 0 {
+					t.Errorf("got %d derived contexts still running; want 0", n)
+				}
+			})
+		})
+	}
 }

@@ -34,8 +34,8 @@ func (l *lazyHedging) get() *hedging {
 }
 
 // hedgeQuota lets hedges be at most a share of requests, in units of a
-// millionth of a hedge (hedgeUnit): every hedgeable request adds the share,
-// at least one unit, every hedge takes a whole one. It starts empty, so that a dependency slow for
+// trillionth of a hedge (hedgeUnit): every hedgeable request adds the
+// share, at least one unit, every hedge takes a whole one. It starts empty, so that a dependency slow for
 // everyone gets no more than the share in extra copies from its first
 // request on, and holds at most hedgeBurst hedges, so that a quiet spell
 // does not store up a burst.
@@ -43,7 +43,7 @@ type hedgeQuota struct{ units atomic.Int64 }
 
 const (
 	hedgeBurst = 10
-	hedgeUnit  = 1_000_000
+	hedgeUnit  = 1_000_000_000_000
 	// maxHedges bounds Policy.MaxHedges: the copies of one attempt are
 	// answered into a channel with room for them all.
 	maxHedges = 100

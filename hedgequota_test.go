@@ -3,6 +3,7 @@ package retryhttp
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -365,4 +366,49 @@ func TestSmallHedgeRatioHedges(t *testing.T) {
 			t.Errorf("got %d hedges in 5000 requests, every one slower than HedgeDelay, with HedgeRatio 0.0004; want 1 or 2", hedges)
 		}
 	})
+}
+
+// A tiny HedgeRatio is its share: at 1e-9, 2,000,001 requests do not pay
+// for a hedge. With a floor of a millionth of a hedge a request, they did.
+func TestTinyHedgeRatio(t *testing.T) {
+	p := &Policy{HedgeRatio: 1e-9}
+	ratio := p.hedgeRatio()
+	var q hedgeQuota
+	const requests = 2_000_001
+	for range requests {
+		q.deposit(ratio)
+	}
+	keep := int64((1-ratio)*hedgeUnit + 0.5)
+	if q.take(keep) {
+		t.Errorf("HedgeRatio %v: %d requests paid for a hedge (%.0fx the share); want none before %.0f requests",
+			ratio, requests, 1/(ratio*requests), 1/ratio)
+	}
+}
+
+// Hedge quota edges: HedgeRatio 1 adds a whole hedge a request and keeps
+// none back; 10 fills the quota (10 hedges) in one request; above 10 and
+// +Inf/NaN/negative are 10 and the default.
+func TestHedgeQuotaEdges(t *testing.T) {
+	for _, tc := range []struct {
+		ratio float64
+		want  float64
+	}{{1, 1}, {10, 10}, {11, 10}, {math.Inf(1), DefaultHedgeRatio}, {math.NaN(), DefaultHedgeRatio}, {-1, DefaultHedgeRatio}, {1e-300, 1e-300}} {
+		if got := (&Policy{HedgeRatio: tc.ratio}).hedgeRatio(); got != tc.want {
+			t.Errorf("HedgeRatio %v: got %v; want %v", tc.ratio, got, tc.want)
+		}
+	}
+	var q hedgeQuota
+	q.deposit(10)
+	n := 0
+	for q.take(0) {
+		n++
+	}
+	if n != hedgeBurst {
+		t.Errorf("ratio 10: one request gave %d hedges; want %d", n, hedgeBurst)
+	}
+	var one hedgeQuota
+	one.deposit(1)
+	if !one.take(0) || one.take(0) {
+		t.Error("ratio 1: want exactly one hedge a request")
+	}
 }

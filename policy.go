@@ -125,7 +125,7 @@ type Policy struct {
 	// gets no more than this share in extra copies. Hedges are not paid
 	// from the Budget. Zero, a negative value, NaN or +Inf means
 	// DefaultHedgeRatio, 5%; a share above 10 means 10 (a hedge quota holds
-	// at most 10 hedges).
+	// at most 10 hedges), and one below 1e-12 means 1e-12.
 	HedgeRatio float64
 
 	// MaxHedges is the most hedged copies of one attempt, each sent

@@ -55,12 +55,13 @@ import (
 //     mean the capacity grew: from the second on, each doubles the next
 //     (up to 32 times), so that a capacity that rose without falling first
 //     is found in a few steps. So do steps kept after 4 s without a
-//     throttle by a limiter whose demand is three times its rate or more:
-//     below top, a rate left low by the start's last cuts climbs at 2% of
-//     the demand a step, and a capacity that rose meanwhile is found only
-//     once top is passed. A limiter that asks for less than three times its
-//     rate, or draws throttles every few seconds, is near its share, and
-//     its steps stay small.
+//     throttle (or a pause) by a limiter whose demand is three times its
+//     rate or more: below top, a rate left low by the start's last cuts
+//     climbs at 2% of the demand a step, and a capacity that rose
+//     meanwhile is found only once top is passed. A limiter that asks for
+//     less than three times its rate, or draws throttles every few
+//     seconds, is near its share: its steps double no further (until a
+//     cut, they keep the size they reached).
 //   - Coming back: a limiter remembers the rate it held before a deep cut
 //     (or sent, unlimited, for 5 s before its first throttle); while far
 //     below it, it ramps back up every 1.5 s, fast, and keeps the old
@@ -420,14 +421,15 @@ func (l *RateLimiter) tested(end, now time.Time) float64 {
 
 // quiet reports whether a step due at at and kept, asked at now, was quiet
 // enough to count toward doubling though below top: quiet after the last
-// cut, with a demand, read when its blame window ended, of quietDemand
-// times the level or more. Must hold mu.
+// cut and the end of any pause (nothing sent, nothing could be throttled),
+// with a demand, read when its blame window ended, of quietDemand times the
+// level or more. Must hold mu.
 func (l *RateLimiter) quiet(at, now time.Time) bool {
 	end := at.Add(blame)
 	if end.After(now) {
 		end = now
 	}
-	return at.Sub(l.cutAt) >= quiet && l.demand.rate(end) >= quietDemand*l.level
+	return at.Sub(later(l.cutAt, l.pause)) >= quiet && l.demand.rate(end) >= quietDemand*l.level
 }
 
 // probeStep is the size of a probe: a share of the demand, or of the level
@@ -784,13 +786,8 @@ func (l *RateLimiter) answer(p *permit, pol *Policy, resp *http.Response, err er
 	throttled := class == Throttling
 	var pause time.Duration
 	if throttled {
-		// Within MaxServerDelay; but the longest wait there is, a number
-		// too large to hold that no Policy honours (ParseRetryAfter),
-		// pauses nothing when MaxServerDelay does not bound it.
 		if d, ok := serverDelay(pol, resp, now); ok {
-			if pause = min(d, pol.maxServerDelay()); pause == math.MaxInt64 {
-				pause = 0
-			}
+			pause = serverPause(pol, d)
 		}
 	}
 	l.mu.Lock()

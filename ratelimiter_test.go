@@ -2124,3 +2124,118 @@ func TestLimiterPauseForOddRetryAfters(t *testing.T) {
 		})
 	}
 }
+
+// stepsFrom runs a limiter held at level (top above it, the last cut 10 s
+// before) asked for at 100/s, keeping one step every 2 s, and reports each
+// step in fiftieths of the demand and the level it follows.
+func stepsFrom(t *testing.T, l *RateLimiter, level, top float64, keeps int) (steps, levels []float64) {
+	holdAt(l, level, 2*time.Second)
+	ask := func(d time.Duration) { askAt(l, 100, d) }
+	ask(time.Second)
+	l.mu.Lock()
+	l.change, l.top = time.Now(), top
+	l.step = l.probeStep(time.Now())
+	l.mu.Unlock()
+	ask(blame)
+	for range keeps {
+		ask(2 * time.Second)
+		now := time.Now()
+		l.mu.Lock()
+		l.advance(now)
+		steps = append(steps, math.Round(l.step/(probeStep*max(l.demand.rate(now), l.level))))
+		levels = append(levels, l.level)
+		l.mu.Unlock()
+	}
+	return steps, levels
+}
+
+// Quiet steps double the next only while the demand is three times the
+// level or more: once they have lifted the level past a third of the demand
+// (still below top), the step keeps the size it reached, until a cut.
+func TestLimiterQuietDoublingStopsNearTheDemand(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &RateLimiter{}
+		steps, levels := stepsFrom(t, l, 10, 1000, 7)
+		// Levels 11, 13, 17, 25, then 41 and on: past a third of 100/s.
+		if want := []float64{1, 2, 4, 8, 8, 8, 8}; !reflect.DeepEqual(steps, want) {
+			t.Errorf("got steps of %v fiftieths of the demand at levels %v; want %v", steps, levels, want)
+		}
+	})
+}
+
+// A 429 with Retry-After: 10 cuts a limiter held at 30/s (asked for at
+// 100/s; its last cut 3 s before, so no rate is remembered to ramp back to)
+// below the rate that drew it (top), and pauses it for 10 s; nothing is
+// sent during the pause, so no throttle can come. Quiet is measured from
+// the pause's end: no step kept within 4 s of sending again counts toward
+// doubling (they did, measured from the cut).
+func TestLimiterPauseIsNotQuiet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &RateLimiter{}
+		holdAt(l, 30, 2*time.Second)
+		askAt(l, 100, time.Second)
+		l.mu.Lock()
+		l.change, l.cutAt = time.Now(), time.Now().Add(-3*time.Second)
+		l.mu.Unlock()
+		d := driver{t, l}
+		d.answer(permit{l: l, epoch: l.epoch}, 429, "Retry-After", "10")
+		l.mu.Lock()
+		pauseEnd := l.pause
+		cut := l.cutAt
+		t.Logf("after the cut: level %.2f, top %.2f, high %.2f", l.level, l.top, l.high)
+		l.mu.Unlock()
+		if pauseEnd.Sub(cut) != 10*time.Second {
+			t.Fatalf("pause of %v; want 10s", pauseEnd.Sub(cut))
+		}
+		// Callers keep asking at 100/s, through the pause and after it.
+		for time.Now().Before(pauseEnd.Add(8 * time.Second)) {
+			askAt(l, 100, 100*time.Millisecond)
+			now := time.Now()
+			l.mu.Lock()
+			before, lv := l.above, l.level
+			l.advance(now)
+			if l.level != lv {
+				t.Logf("kept at %v after the pause's end: level %.2f, above %d, next step %.0f fiftieths of the demand",
+					l.change.Sub(pauseEnd), l.level, l.above, math.Round(l.step/(probeStep*max(l.demand.rate(now), l.level))))
+			}
+			if l.above > before && l.change.Before(pauseEnd.Add(4*time.Second)) {
+				t.Errorf("a step kept %v after the pause's end counted toward doubling (above %d); want none within 4 s of sending again", l.change.Sub(pauseEnd), l.above)
+			}
+			l.mu.Unlock()
+		}
+	})
+}
+
+// A Retry-After just short of the saturated value is a Duration that holds
+// (9223372036 s), but the Transport's spread of up to a tenth more
+// overflows it, so the Transport does not honour it (StopServerDelay), and
+// the Limiter does not pause for it either: it paused for 292 years.
+// (highRand makes the overflow certain.)
+func TestLimiterIgnoresARetryAfterNoRetryCouldWait(t *testing.T) {
+	for _, ra := range []string{"9223372036", "9000000000"} {
+		t.Run(ra, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				lim := &RateLimiter{}
+				pol := Policy{MaxServerDelay: math.MaxInt64, MaxAttempts: 2, Rand: highRand}
+				var rep Report
+				tr := &Transport{Base: &scriptBase{steps: []scriptStep{{code: 429, ra: ra}}}, Limiter: lim, Policy: pol}
+				req := newReq(t, "GET", "")
+				req = req.WithContext(WithReport(req.Context(), &rep))
+				code, _, err := roundTrip(t, tr, req)
+				if code != 429 || err != nil || rep.Decision != StopServerDelay {
+					t.Fatalf("got (%d, %v, %v); want the 429 back, StopServerDelay", code, err, rep.Decision)
+				}
+				time.Sleep(time.Hour)
+				ok := &Transport{Base: &scriptBase{}, Limiter: lim, Policy: pol}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				if _, _, err := roundTrip(t, ok, newReq(t, "GET", "").WithContext(ctx)); err != nil {
+					lim.mu.Lock()
+					p := lim.pause.Sub(time.Now())
+					lim.mu.Unlock()
+					t.Errorf("an hour later: got %v (the Limiter paused for another %v); want a 200: the Transport did not honour that Retry-After", err, p)
+				}
+			})
+		})
+	}
+}

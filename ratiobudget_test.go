@@ -333,3 +333,26 @@ func TestRatioBudgetAvailableHuge(t *testing.T) {
 		}
 	}
 }
+
+// RatioBudget.Available at the edges: a ratio that overflows the allowance
+// to +Inf saturates at MaxInt; an empty window is MinPerSecond·Window.
+func TestRatioBudgetAvailableEdges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &RatioBudget{Ratio: math.MaxFloat64, MinPerSecond: -1}
+		if got := b.Available(); got != 0 {
+			t.Errorf("no requests: got %d; want 0", got)
+		}
+		b.Deposit(true)
+		b.Deposit(true)
+		if got := b.Available(); got != math.MaxInt {
+			t.Errorf("an infinite allowance: got %d; want MaxInt", got)
+		}
+		if _, ok := b.Withdraw(Transient); !ok {
+			t.Error("an infinite allowance refused a retry")
+		}
+		b2 := &RatioBudget{MinPerSecond: math.MaxFloat64, Window: time.Duration(math.MaxInt64)}
+		if got := b2.Available(); got != math.MaxInt {
+			t.Errorf("a huge MinPerSecond: got %d; want MaxInt", got)
+		}
+	})
+}

@@ -96,6 +96,18 @@ func parseDelay(vs []string, unit time.Duration) (time.Duration, bool) {
 	return time.Duration(n) * unit, true
 }
 
+// serverPause is how long a response's delay d pauses a RateLimiter: d
+// within MaxServerDelay, or nothing for a delay no retry could wait out,
+// whose spread (see call.weigh) would overflow a Duration: a pause the
+// Transport cannot honour would stop every request for centuries.
+func serverPause(p *Policy, d time.Duration) time.Duration {
+	d = min(d, p.maxServerDelay())
+	if d+max(d/10, p.baseDelay(Transient)) < d {
+		return 0
+	}
+	return d
+}
+
 // serverDelay is the delay the response asks for, unless the Policy ignores
 // server-requested delays.
 func serverDelay(p *Policy, resp *http.Response, now time.Time) (time.Duration, bool) {
