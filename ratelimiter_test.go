@@ -1664,34 +1664,12 @@ func TestCanceledWaitersGiveBackEverySlot(t *testing.T) {
 // times a fiftieth of the demand; below that rate they do not; a throttle
 // takes the step back and the next is a fiftieth again.
 func TestLimiterStepsDoublePastTheLastThrottle(t *testing.T) {
-	// holdAt(level), asked for at 100/s: each step is a fiftieth of the
-	// demand, and one is kept every 2 s (Recovery/10) while the level it
-	// sets is within twice the demand (200/s). The last cut was 10 s
-	// before, or, with cutEach, is made again (its time only) before each
-	// step, which is then never quiet.
+	// Each step is a fiftieth of the demand (100/s), and one is kept every
+	// 2 s (Recovery/10) while the level it sets is within twice the demand
+	// (see stepsFrom).
 	run := func(t *testing.T, level, top float64, keeps int, cutEach bool) (l *RateLimiter, got []float64) {
 		l = &RateLimiter{}
-		holdAt(l, level, 2*time.Second)
-		ask := func(d time.Duration) { askAt(l, 100, d) }
-		ask(time.Second)
-		l.mu.Lock()
-		l.change, l.top = time.Now(), top
-		l.step = l.probeStep(time.Now())
-		l.mu.Unlock()
-		ask(blame)
-		for range keeps {
-			if cutEach {
-				l.mu.Lock()
-				l.cutAt = time.Now()
-				l.mu.Unlock()
-			}
-			ask(2 * time.Second)
-			now := time.Now()
-			l.mu.Lock()
-			l.advance(now)
-			got = append(got, math.Round(l.step/(probeStep*max(l.demand.rate(now), l.level))))
-			l.mu.Unlock()
-		}
+		got, _ = stepsFrom(t, l, level, top, keeps, cutEach)
 		return l, got
 	}
 	t.Run("past the last throttle", func(t *testing.T) {
@@ -2024,32 +2002,6 @@ func TestLimiterStaleStartSetsNoTop(t *testing.T) {
 	}
 }
 
-// A 429 asking for the longest wait there is (a number too large for a
-// Duration, ParseRetryAfter) is not honoured by the Transport
-// (StopServerDelay), even under MaxServerDelay: math.MaxInt64, and does not
-// pause the Limiter either: it paused it for 292 years.
-func TestLimiterIgnoresARetryAfterNoPolicyHonours(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		lim := &RateLimiter{}
-		pol := Policy{MaxServerDelay: math.MaxInt64, MaxAttempts: 2}
-		var rep Report
-		tr := &Transport{Base: rht.NewTransport(rht.RetryAfter(429, "99999999999999999999")), Limiter: lim, Policy: pol}
-		req := newReq(t, "GET", "")
-		req = req.WithContext(WithReport(req.Context(), &rep))
-		code, _, err := roundTrip(t, tr, req)
-		if code != 429 || err != nil || rep.Decision != StopServerDelay {
-			t.Fatalf("got (%d, %v, %v); want the 429 back, StopServerDelay", code, err, rep.Decision)
-		}
-		time.Sleep(time.Hour)
-		ok := &Transport{Base: rht.NewTransport(rht.Status(200)), Limiter: lim, Policy: pol}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if _, _, err := roundTrip(t, ok, newReq(t, "GET", "").WithContext(ctx)); err != nil {
-			t.Errorf("an hour later: got %v; want a 200 (the Transport did not honour that Retry-After, the Limiter should not either)", err)
-		}
-	})
-}
-
 // A retry waits for its permit through a pause another request's 429 set
 // on a shared limiter, and is canceled: its tokens go back exactly once,
 // its fresh body is closed, and nothing else is sent.
@@ -2125,10 +2077,12 @@ func TestLimiterPauseForOddRetryAfters(t *testing.T) {
 	}
 }
 
-// stepsFrom runs a limiter held at level (top above it, the last cut 10 s
-// before) asked for at 100/s, keeping one step every 2 s, and reports each
-// step in fiftieths of the demand and the level it follows.
-func stepsFrom(t *testing.T, l *RateLimiter, level, top float64, keeps int) (steps, levels []float64) {
+// stepsFrom runs a limiter held at level, with top, asked for at 100/s,
+// keeping one step every 2 s, and reports each step in fiftieths of the
+// demand and the level it follows. The last cut was 10 s before, or, with
+// cutEach, is made again (its time only) before each step, which is then
+// never quiet.
+func stepsFrom(t *testing.T, l *RateLimiter, level, top float64, keeps int, cutEach bool) (steps, levels []float64) {
 	holdAt(l, level, 2*time.Second)
 	ask := func(d time.Duration) { askAt(l, 100, d) }
 	ask(time.Second)
@@ -2138,6 +2092,11 @@ func stepsFrom(t *testing.T, l *RateLimiter, level, top float64, keeps int) (ste
 	l.mu.Unlock()
 	ask(blame)
 	for range keeps {
+		if cutEach {
+			l.mu.Lock()
+			l.cutAt = time.Now()
+			l.mu.Unlock()
+		}
 		ask(2 * time.Second)
 		now := time.Now()
 		l.mu.Lock()
@@ -2155,7 +2114,7 @@ func stepsFrom(t *testing.T, l *RateLimiter, level, top float64, keeps int) (ste
 func TestLimiterQuietDoublingStopsNearTheDemand(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := &RateLimiter{}
-		steps, levels := stepsFrom(t, l, 10, 1000, 7)
+		steps, levels := stepsFrom(t, l, 10, 1000, 7, false)
 		// Levels 11, 13, 17, 25, then 41 and on: past a third of 100/s.
 		if want := []float64{1, 2, 4, 8, 8, 8, 8}; !reflect.DeepEqual(steps, want) {
 			t.Errorf("got steps of %v fiftieths of the demand at levels %v; want %v", steps, levels, want)
@@ -2206,19 +2165,20 @@ func TestLimiterPauseIsNotQuiet(t *testing.T) {
 	})
 }
 
-// A Retry-After just short of the saturated value is a Duration that holds
-// (9223372036 s), but the Transport's spread of up to a tenth more
-// overflows it, so the Transport does not honour it (StopServerDelay), and
-// the Limiter does not pause for it either: it paused for 292 years.
-// (highRand makes the overflow certain.)
+// A Retry-After that no retry could wait out is not honoured by the
+// Transport (StopServerDelay), even under MaxServerDelay: math.MaxInt64, and
+// does not pause the Limiter either: each paused it for about 292 years.
+// The longest wait there is, a number too large for a Duration
+// (ParseRetryAfter), and two that hold but whose spread of up to a tenth
+// more overflows a Duration (highRand makes the overflow certain).
 func TestLimiterIgnoresARetryAfterNoRetryCouldWait(t *testing.T) {
-	for _, ra := range []string{"9223372036", "9000000000"} {
+	for _, ra := range []string{"99999999999999999999", "9223372036", "9000000000"} {
 		t.Run(ra, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				lim := &RateLimiter{}
 				pol := Policy{MaxServerDelay: math.MaxInt64, MaxAttempts: 2, Rand: highRand}
 				var rep Report
-				tr := &Transport{Base: &scriptBase{steps: []scriptStep{{code: 429, ra: ra}}}, Limiter: lim, Policy: pol}
+				tr := &Transport{Base: rht.NewTransport(rht.RetryAfter(429, ra)), Limiter: lim, Policy: pol}
 				req := newReq(t, "GET", "")
 				req = req.WithContext(WithReport(req.Context(), &rep))
 				code, _, err := roundTrip(t, tr, req)
@@ -2226,7 +2186,7 @@ func TestLimiterIgnoresARetryAfterNoRetryCouldWait(t *testing.T) {
 					t.Fatalf("got (%d, %v, %v); want the 429 back, StopServerDelay", code, err, rep.Decision)
 				}
 				time.Sleep(time.Hour)
-				ok := &Transport{Base: &scriptBase{}, Limiter: lim, Policy: pol}
+				ok := &Transport{Base: rht.NewTransport(rht.Status(200)), Limiter: lim, Policy: pol}
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
 				if _, _, err := roundTrip(t, ok, newReq(t, "GET", "").WithContext(ctx)); err != nil {
