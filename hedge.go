@@ -87,7 +87,7 @@ type race struct {
 	buf     [2]hedgeCopy
 	next    hedgeCopy // a hedge being prepared: its permit and its share
 	pol     *Policy   // for the delay a late 429 asks the Limiter for
-	failed  failure   // the retryable failure kept while copies run; the call's
+	failed  failure   // the retryable failure kept while copies run; only the call touches it
 
 	// For an automatic delay, the first copy's latency is measured: up to
 	// its answer, or, when a hedge won, up to the end of the race (it took

@@ -35,10 +35,10 @@ func (l *lazyHedging) get() *hedging {
 
 // hedgeQuota lets hedges be at most a share of requests, in units of a
 // trillionth of a hedge (hedgeUnit): every hedgeable request adds the
-// share, at least one unit, every hedge takes a whole one. It starts empty, so that a dependency slow for
-// everyone gets no more than the share in extra copies from its first
-// request on, and holds at most hedgeBurst hedges, so that a quiet spell
-// does not store up a burst.
+// share, at least one unit, every hedge takes a whole one. It starts empty,
+// so that a dependency slow for everyone gets no more than the share in
+// extra copies from its first request on, and holds at most hedgeBurst
+// hedges, so that a quiet spell does not store up a burst.
 type hedgeQuota struct{ units atomic.Int64 }
 
 const (

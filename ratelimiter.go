@@ -144,9 +144,9 @@ const (
 	// kept in a row after the first doubles the next, up to this many
 	// times.
 	maxDoublings = 5
-	// quiet and quietDemand: a step kept quiet after the last cut, with
-	// the demand at least quietDemand times the level, counts toward
-	// doubling as one past top does.
+	// quiet and quietDemand: a step kept at least quiet after the last cut
+	// and the end of any pause, with the demand at least quietDemand times
+	// the level, counts toward doubling as one past top does.
 	quiet       = 4 * time.Second
 	quietDemand = 3.0
 	// firstProbe is the wait for the first probe after the start.
@@ -249,7 +249,7 @@ type RateLimiter struct {
 	cutAt  time.Time     // when the last cut was made
 
 	top    float64   // the rate the last throttle came at; a failed step's level
-	above  int       // probe steps kept in a row since the level passed top, or quiet
+	above  int       // probe steps kept in a row past top or quiet (see quiet)
 	high   float64   // the rate held before a deep cut, fading
 	highAt time.Time // when high was last updated
 	ramps  int       // ramps back to high that failed
@@ -434,9 +434,8 @@ func (l *RateLimiter) quiet(at, now time.Time) bool {
 
 // probeStep is the size of a probe: a share of the demand, or of the level
 // when the demand is lower, doubled for each step kept in a row above top
-// (or quiet)
-// but the first (the capacity grew: it is found in a few steps rather than
-// at a fiftieth of the demand each). Must hold mu.
+// (or quiet) but the first (the capacity grew: it is found in a few steps
+// rather than at a fiftieth of the demand each). Must hold mu.
 func (l *RateLimiter) probeStep(now time.Time) float64 {
 	doublings := min(max(l.above-1, 0), maxDoublings)
 	return probeStep * max(l.demand.rate(now), l.level) * float64(int(1)<<doublings)
