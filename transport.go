@@ -47,9 +47,13 @@ import (
 // needs none is sent again as it is), always closes the request body,
 // replays the body only through Request.GetBody, drains (bounded in bytes
 // and time) and closes every response it discards, and returns either a
-// response with a nil error or an error (an *Error) with no response. A retryable response that is not
-// retried (the last attempt's 503, or a 429 when the budget is empty) is
-// returned as it is, with a nil error, as the base transport would.
+// response with a nil error or an error (an *Error) with no response. A
+// retryable response that is not retried (the last attempt's 503, or a 429
+// when the budget is empty) is returned as it is, with a nil error, as the
+// base transport would. A retry that was planned, and whose wait the
+// context's end or the Limiter stops before it is sent (ErrRateLimited),
+// ends with an *Error instead: the response that called for it was drained
+// when the wait began.
 type Transport struct {
 	// Base makes each attempt. Nil means a pooled transport from
 	// go-cleanhttp, made on first use and private to this Transport (never
