@@ -72,6 +72,11 @@ type Workload struct {
 // bucket holds.
 const BurstSeconds = 0.1
 
+// MatrixSeeds is the seeds per workload of the saved run of the matrix
+// (docs/throttling-matrix.json): enough that the goals met, which compare
+// medians, move little with the AWS SDK's draw.
+const MatrixSeeds = 15
+
 // Offered is the clients' offered load in requests per second.
 func (w Workload) Offered() float64 {
 	var sum float64

@@ -55,7 +55,7 @@ import (
 func main() {
 	asJSON := flag.Bool("json", false, "print the report as JSON")
 	in := flag.String("in", "", "print the tables of a report saved with -json instead of running")
-	seeds := flag.Int("seeds", 5, "seeds per workload")
+	seeds := flag.Int("seeds", bench.MatrixSeeds, "seeds per workload")
 	only := flag.String("only", "", "run only the workloads whose names match this regexp")
 	smoke := flag.Bool("smoke", false, "run the CI-sized matrix (bench.SmokeMatrix) with one seed")
 	maxWait := flag.Duration("maxwait", 0, "add retryhttp-variant: a RateLimiter with this MaxWait")
