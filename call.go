@@ -323,11 +323,7 @@ func (c *call) weigh() verdict {
 	rnd := p.rand()
 	if sd, ok := serverDelay(p, o.resp, now); ok {
 		v.src = FromServer
-		// Up to 10% more than asked, so clients told the same number do not
-		// all come back in the same instant; never less than asked. The
-		// spread is at least BaseDelay, so that "Retry-After: 0" sent to a
-		// crowd does not bring it back in one instant either.
-		v.delay = sd + uniform(rnd, max(sd/10, p.baseDelay(Transient)))
+		v.delay = sd + uniform(rnd, p.serverSpread(sd))
 		if sd > p.maxServerDelay() || v.delay < sd { // v.delay < sd: overflow
 			return verdict{decision: StopServerDelay, delay: sd, src: v.src}
 		}

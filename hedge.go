@@ -67,11 +67,15 @@ func (c *call) hedgeDelay() time.Duration {
 	return 0
 }
 
+// hedgeCap bounds Policy.MaxHedges: the copies of one attempt are answered
+// into a channel with room for them all.
+const hedgeCap = 100
+
 func (p *Policy) maxHedges() int {
 	if p.MaxHedges <= 0 {
 		return 1
 	}
-	return min(p.MaxHedges, maxHedges)
+	return min(p.MaxHedges, hedgeCap)
 }
 
 // A race is one hedged attempt: its copies and the answers they send back.

@@ -44,9 +44,6 @@ type hedgeQuota struct{ units atomic.Int64 }
 const (
 	hedgeBurst = 10
 	hedgeUnit  = 1_000_000_000_000
-	// maxHedges bounds Policy.MaxHedges: the copies of one attempt are
-	// answered into a channel with room for them all.
-	maxHedges = 100
 )
 
 // deposit adds a request's share. A full quota is only read.

@@ -413,10 +413,16 @@ func (l *RateLimiter) tested(end, now time.Time) float64 {
 	if !l.pause.Before(end) {
 		return 0
 	}
+	return demandCap * l.demandBy(end, now)
+}
+
+// demandBy is the demand when a window that ends at end ended, read at now:
+// at end, or at now if it has not ended yet. Must hold mu.
+func (l *RateLimiter) demandBy(end, now time.Time) float64 {
 	if end.After(now) {
 		end = now
 	}
-	return demandCap * l.demand.rate(end)
+	return l.demand.rate(end)
 }
 
 // quiet reports whether a step due at at and kept, asked at now, was quiet
@@ -425,11 +431,7 @@ func (l *RateLimiter) tested(end, now time.Time) float64 {
 // with a demand, read when its blame window ended, of quietDemand times the
 // level or more. Must hold mu.
 func (l *RateLimiter) quiet(at, now time.Time) bool {
-	end := at.Add(blame)
-	if end.After(now) {
-		end = now
-	}
-	return at.Sub(later(l.cutAt, l.pause)) >= quiet && l.demand.rate(end) >= quietDemand*l.level
+	return at.Sub(later(l.cutAt, l.pause)) >= quiet && l.demandBy(at.Add(blame), now) >= quietDemand*l.level
 }
 
 // probeStep is the size of a probe: a share of the demand, or of the level

@@ -96,13 +96,22 @@ func parseDelay(vs []string, unit time.Duration) (time.Duration, bool) {
 	return time.Duration(n) * unit, true
 }
 
+// serverSpread is how much later than a server's delay sd a retry may come:
+// up to 10% more than asked, so that clients told the same number do not
+// all come back in the same instant, and at least BaseDelay, so that
+// "Retry-After: 0" sent to a crowd does not bring it back in one instant
+// either.
+func (p *Policy) serverSpread(sd time.Duration) time.Duration {
+	return max(sd/10, p.baseDelay(Transient))
+}
+
 // serverPause is how long a response's delay d pauses a RateLimiter: d
 // within MaxServerDelay, or nothing for a delay no retry could wait out,
-// whose spread (see call.weigh) would overflow a Duration: a pause the
-// Transport cannot honour would stop every request for centuries.
+// whose spread would overflow a Duration: a pause the Transport cannot
+// honour would stop every request for centuries.
 func serverPause(p *Policy, d time.Duration) time.Duration {
 	d = min(d, p.maxServerDelay())
-	if d+max(d/10, p.baseDelay(Transient)) < d {
+	if d+p.serverSpread(d) < d {
 		return 0
 	}
 	return d
