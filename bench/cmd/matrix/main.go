@@ -23,7 +23,7 @@
 // a held-out set, kept out of the repo so that nothing is tuned on it, is
 // run the same way and checked against the same goals.
 //
-// -trace runs retryhttp alone, seed 1, and prints each client's
+// -trace runs retryhttp alone, seed 1 (or -seed), and prints each client's
 // RateLimiter rate second by second and its cuts: where a goal is missed, it
 // shows which clients the limiter left where, and when.
 //
@@ -65,7 +65,8 @@ func main() {
 	against := flag.String("against", "", "take the runs of the peers not run from this saved report (same workloads and seeds)")
 	procs := flag.Int("procs", runtime.NumCPU(), "processes to run the matrix in")
 	from := flag.String("workloads", "", "run the workloads of this saved report (a held-out set kept outside the repo) instead of the matrix")
-	trace := flag.Bool("trace", false, "print each client's RateLimiter rate, second by second, in retryhttp's run (seed 1) of each workload")
+	trace := flag.Bool("trace", false, "print each client's RateLimiter rate, second by second, in retryhttp's run (seed 1, or -seed) of each workload")
+	traceSeed := flag.Int("seed", 1, "with -trace: the seed to run")
 	shard := flag.String("shard", "", "internal: run shard i/n of the matrix and print its results as JSON")
 	testing.Init()
 	flag.Parse()
@@ -101,7 +102,7 @@ func main() {
 	if *trace {
 		runInBubbles(func(t *testing.T, out *os.File) {
 			for _, w := range workloads {
-				fmt.Fprint(out, traceRates(t, w))
+				fmt.Fprint(out, traceRates(t, w, max(*traceSeed, 1)))
 			}
 		})
 		return
@@ -199,10 +200,10 @@ func runShard(t *testing.T, workloads []bench.Workload, peers []bench.ThrottlePe
 	})
 }
 
-// traceRates runs retryhttp's default RateLimiter on w with seed 1 and
+// traceRates runs retryhttp's default RateLimiter on w with seed and
 // renders each client's rate at the end of each second, its cuts, and the
 // run's goodput, 429s and Jain.
-func traceRates(t *testing.T, w bench.Workload) string {
+func traceRates(t *testing.T, w bench.Workload, seed int) string {
 	var (
 		mu   sync.Mutex
 		lims []*retryhttp.RateLimiter
@@ -235,7 +236,8 @@ func traceRates(t *testing.T, w bench.Workload) string {
 		lims = append(lims, l)
 		return l
 	})
-	run := bench.RunThrottleMatrix(t, []bench.Workload{w}, []bench.ThrottlePeer{peer}, 1, nil)[0].Runs[0]
+	// The last of seed shards of seed seeds runs that seed alone.
+	run := bench.RunThrottleMatrixShard(t, []bench.Workload{w}, []bench.ThrottlePeer{peer}, seed, seed-1, seed, nil)[0].Runs[0]
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: goodput %.3f, %d 429s, Jain %.3f; rate per client (0: not limiting):\n", w.Name, run.Goodput, run.Throttled, run.Jain)
 	for _, r := range rows {
