@@ -1,6 +1,7 @@
 package retryhttp
 
 import (
+	"context"
 	"math"
 	"sync/atomic"
 )
@@ -43,6 +44,19 @@ type RetryBudget interface {
 	// Available reports what the budget holds now, in its own unit, for
 	// hooks, logs and metrics.
 	Available() int
+}
+
+// A ContextBudget is a RetryBudget whose withdrawals may wait, on a store a
+// fleet shares, say. The Transport calls WithdrawContext in place of
+// Withdraw, with the request's context, so that a slow store cannot hold a
+// request past its deadline or its caller's cancellation.
+type ContextBudget interface {
+	RetryBudget
+	// WithdrawContext is Withdraw for a request whose context may end
+	// first: when ctx ends before the budget decides, it refuses and holds
+	// nothing. The Transport ends the request if ctx ended, whatever was
+	// returned, and gives back any Tokens paid.
+	WithdrawContext(ctx context.Context, c Class) (t Tokens, ok bool)
 }
 
 // Tokens are what a RetryBudget paid for one retry. The

@@ -91,7 +91,7 @@ func (c *call) start(t *Transport, req *http.Request) error {
 		c.max, timeout = c.ov.apply(c.max, timeout)
 	}
 	c.lim = t.Limiter
-	if t.PerHost != nil {
+	if t.PerHost != nil && req.URL != nil { // a nil URL is the base's error to report
 		c.dest = t.PerHost.get(req.URL)
 		c.lim = c.dest.limiter
 	}
@@ -106,8 +106,10 @@ func (c *call) start(t *Transport, req *http.Request) error {
 		if _, ok := headerKey(req.Header, name); ok {
 			c.safe = true
 		} else if !p.NoIdempotencyKeys {
-			c.out = t.withNewKey(req, c.out, name)
-			c.safe = true
+			if out := t.withNewKey(req, c.out, name); out != nil {
+				c.out = out
+				c.safe = true
+			}
 		}
 	}
 	if c.max > 1 && p.hedgeable(req, c.safe) && (c.ov == nil || !c.ov.NoHedging) {
@@ -334,12 +336,24 @@ func (c *call) weigh() verdict {
 		v.decision = StopDeadline
 		return v
 	}
-	paid, ok := c.budget().Withdraw(o.class)
+	var paid Tokens
+	var ok bool
+	if cb, isCB := c.budget().(ContextBudget); isCB {
+		paid, ok = cb.WithdrawContext(c.ctx, o.class)
+	} else {
+		paid, ok = c.budget().Withdraw(o.class)
+	}
+	if ok {
+		c.paid = paid
+	}
+	if c.ctx.Err() != nil { // the context ended while the budget decided
+		c.paid.refund(false)
+		return verdict{decision: StopCanceled}
+	}
 	if !ok {
 		v.decision = StopBudget // a refusal pays nothing, whatever it returned
 		return v
 	}
-	c.paid = paid
 	if lim := c.lim; lim != nil && !lim.admits(c.ctx, v.delay) {
 		c.paid.refund(false)
 		v.decision = StopRateLimited
@@ -365,10 +379,11 @@ func (c *call) observe() {
 
 func (c *call) record() {
 	o := &c.o
-	c.t.observe(c.ctx, c.report, Attempt{
+	b := c.budget()
+	c.t.observe(c.ctx, c.report, b, Attempt{
 		Request: o.sent, Number: o.number, Err: o.err, Class: o.class,
 		Decision: c.v.decision, Delay: c.v.delay, DelaySource: c.v.src,
-		Tokens: c.budget().Available(), Duration: time.Since(o.start),
+		Tokens: b.Available(), Duration: time.Since(o.start),
 		Hedges: int(o.hedges.sent), HedgeWon: o.hedges.won, HedgesRefused: int(o.hedges.refused),
 		PermitWait: o.permitWait, RateLimit: c.lim.rate(),
 	}, o.resp)

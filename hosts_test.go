@@ -1,7 +1,9 @@
 package retryhttp
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -514,4 +516,136 @@ func TestPerHostSweepsOnlyWhenFull(t *testing.T) {
 			t.Errorf("got %d destinations tracked, %d keys; want 7 destinations, 8 keys (MaxHosts 8 not passed)", got, ph.keys(t))
 		}
 	})
+}
+
+// PerHost with a tiny MaxHosts, hedging by quantile, a Limiter and a
+// budget per destination, redirects across destinations followed by an
+// http.Client, and 8 goroutines: every request gets an answer, nothing
+// races (run with -race), and no more than MaxHosts are tracked. In fake
+// time: the limiters' waits take none.
+func TestPerHostChurnWithEverything(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			if r.Body != nil {
+				r.Body.Close()
+			}
+			h := http.Header{}
+			code := 200
+			switch {
+			case strings.HasPrefix(r.URL.Path, "/redirect"):
+				code = 307
+				h.Set("Location", "http://h"+r.URL.Path[len("/redirect"):]+".test/")
+			case len(r.URL.Host)%3 == 0:
+				code = 503
+			case len(r.URL.Host)%3 == 1:
+				code = 429
+				h.Set("Retry-After", "0")
+			}
+			select {
+			case <-time.After(time.Duration(len(r.URL.Host)) * 100 * time.Microsecond):
+			case <-r.Context().Done():
+				return nil, r.Context().Err()
+			}
+			return &http.Response{StatusCode: code, Header: h, Body: io.NopCloser(strings.NewReader("x")), Request: r}, nil
+		})
+		ph := &PerHost{MaxHosts: 3, IdleTimeout: time.Millisecond,
+			Limiter: func(string) *RateLimiter { return &RateLimiter{} },
+			Budget:  func(string) RetryBudget { return &RatioBudget{} }}
+		tr := &Transport{Base: base, PerHost: ph, Policy: Policy{BaseDelay: time.Microsecond, ThrottleBaseDelay: time.Microsecond,
+			MaxDelay: time.Millisecond, MaxServerDelay: time.Millisecond, HedgeQuantile: 0.5, HedgeRatio: 1, MaxHedges: 3, Timeout: 5 * time.Second}}
+		client := &http.Client{Transport: tr}
+		done := make(chan struct{})
+		var errs atomic.Int32
+		for g := range 8 {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				for i := range 20 {
+					u := "http://h" + itoa((g*7+i)%11) + ".test/"
+					if i%4 == 0 {
+						u += "redirect" + itoa(i%5)
+					}
+					req, _ := http.NewRequest("PUT", u, strings.NewReader("body"))
+					resp, err := client.Do(req)
+					if err != nil && !errors.Is(err, ErrRateLimited) {
+						if errs.Add(1) < 5 {
+							t.Logf("%s: %v", u, err)
+						}
+					}
+					if err != nil {
+						continue
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}()
+		}
+		for range 8 {
+			<-done
+		}
+		if n := ph.Len(); n > 3 {
+			t.Errorf("got %d destinations tracked; want at most 3", n)
+		}
+		if errs.Load() != 0 {
+			t.Errorf("got %d errors; want 0", errs.Load())
+		}
+	})
+}
+
+// A PerHost.Budget or PerHost.Limiter func that panics: the panic reaches
+// the caller, the request body is closed once, and the PerHost still works
+// for the next request. (Held.)
+func TestPerHostFuncPanics(t *testing.T) {
+	var calls atomic.Int32
+	ph := &PerHost{Budget: func(string) RetryBudget {
+		if calls.Add(1) == 1 {
+			panic("budget func")
+		}
+		return NewBudget(100)
+	}}
+	tr := &Transport{Base: rht.NewTransport(rht.Status(200)), PerHost: ph, Policy: Policy{Timeout: time.Minute}}
+	var closed atomic.Int32
+	req, _ := http.NewRequest("PUT", "http://a.test/", closeTracker{strings.NewReader("x"), &closed})
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("got no panic; want it to reach the caller")
+			}
+		}()
+		tr.RoundTrip(req)
+	}()
+	if closed.Load() != 1 {
+		t.Errorf("got the body closed %d times; want 1", closed.Load())
+	}
+	if code, _, err := roundTrip(t, tr, newReq(t, "GET", "")); err != nil || code != 200 {
+		t.Errorf("next request: got (%d, %v); want 200", code, err)
+	}
+}
+
+// A request with no URL is an error for http.Transport ("http: nil
+// Request.URL"), and for a Transport without PerHost; with PerHost,
+// RoundTrip dereferences it and panics.
+func TestNilURLWithPerHost(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ph   *PerHost
+	}{{"no PerHost", nil}, {"PerHost", &PerHost{}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := &Transport{Base: &http.Transport{}, PerHost: tc.ph}
+			req := &http.Request{Method: "GET", Header: http.Header{}}
+			var resp *http.Response
+			var err error
+			func() {
+				defer func() {
+					if p := recover(); p != nil {
+						err = fmt.Errorf("panic: %v", p)
+						t.Errorf("RoundTrip panicked (%v); want an error, as http.Transport returns", p)
+					}
+				}()
+				resp, err = tr.RoundTrip(req)
+			}()
+			if resp != nil || err == nil {
+				t.Errorf("got (%v, %v); want an error", resp, err)
+			}
+		})
+	}
 }

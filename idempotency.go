@@ -45,13 +45,16 @@ type keyedRequest struct {
 }
 
 // withNewKey returns a copy of out whose header is req's with a new key
-// under name.
+// under name, or nil when Policy.NewIdempotencyKey made an empty one (an
+// empty value identifies nothing: the write stays unkeyed).
 func (t *Transport) withNewKey(req, out *http.Request, name string) *http.Request {
 	kr := new(keyedRequest)
 	kr.req = *out
 	var key string
 	if t.Policy.NewIdempotencyKey != nil {
-		key = t.Policy.NewIdempotencyKey()
+		if key = t.Policy.NewIdempotencyKey(); key == "" {
+			return nil
+		}
 	} else {
 		t.keys.newUUID(&kr.key)
 		// The bytes are never written again: the string may share them.

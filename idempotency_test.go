@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -393,4 +394,27 @@ func equalHeader(a, b http.Header) bool {
 		}
 	}
 	return true
+}
+
+// A NewIdempotencyKey that returns "" gives a write no key: an empty value
+// identifies nothing (headerKey's own rule), so the write must not be
+// retried as if it were keyed.
+func TestEmptyGeneratedIdempotencyKeyIsNoKey(t *testing.T) {
+	var attempts atomic.Int32
+	var keys []string
+	base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		attempts.Add(1)
+		keys = append(keys, r.Header.Get("Idempotency-Key"))
+		if r.Body != nil {
+			io.Copy(io.Discard, r.Body)
+			r.Body.Close()
+		}
+		return &http.Response{StatusCode: 503, Body: http.NoBody, Header: http.Header{}, Request: r}, nil
+	})
+	tr := &Transport{Base: base, Policy: Policy{BaseDelay: time.Millisecond, NewIdempotencyKey: func() string { return "" }}}
+	req, _ := http.NewRequest("POST", "http://a.test/orders", strings.NewReader("pay 100"))
+	roundTrip(t, tr, req)
+	if n := attempts.Load(); n > 1 {
+		t.Errorf("got %d attempts of a POST with keys %q; want 1: a write with an empty idempotency key is not idempotent", n, keys)
+	}
 }

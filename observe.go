@@ -304,11 +304,11 @@ func method(r *http.Request) string {
 }
 
 // observe passes a to the hook, the log and the request's Report.
-func (t *Transport) observe(ctx context.Context, report *Report, a Attempt, resp *http.Response) {
+func (t *Transport) observe(ctx context.Context, report *Report, budget RetryBudget, a Attempt, resp *http.Response) {
 	if resp != nil {
 		a.Status = resp.StatusCode
 	}
-	if f, ok := t.inUse.(interface{ Fallback() (bool, error) }); ok {
+	if f, ok := budget.(interface{ Fallback() (bool, error) }); ok {
 		a.BudgetFallback, _ = f.Fallback()
 	}
 	report.add(a)

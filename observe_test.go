@@ -177,3 +177,43 @@ func TestSecretsStayOut(t *testing.T) {
 		}
 	})
 }
+
+// fallbackBudget is a shared budget that says it pays from its local
+// fallback (as redisbudget's does while Redis is down).
+type fallbackBudget struct{ *Budget }
+
+func (fallbackBudget) Fallback() (bool, error) { return true, errors.New("store down") }
+
+// With PerHost, the destination's budget pays for the retries, and the
+// Attempt must say when that budget is falling back. observe reads the
+// Transport's own (unused) budget instead.
+func TestBudgetFallbackReportedPerHost(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		tr   func(base http.RoundTripper) *Transport
+	}{
+		{"Budget", func(base http.RoundTripper) *Transport {
+			return &Transport{Base: base, Policy: fast, Budget: fallbackBudget{NewBudget(500)}}
+		}},
+		{"PerHost", func(base http.RoundTripper) *Transport {
+			return &Transport{Base: base, Policy: fast,
+				PerHost: &PerHost{Budget: func(string) RetryBudget { return fallbackBudget{NewBudget(500)} }}}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var seen []Attempt
+			tr := tc.tr(rht.NewTransport(rht.Status(503), rht.Status(200)))
+			tr.OnAttempt = func(a Attempt) { seen = append(seen, a) }
+			req, _ := http.NewRequest("GET", "http://a.test/", nil)
+			if _, _, err := roundTrip(t, tr, req); err != nil {
+				t.Fatal(err)
+			}
+			if len(seen) != 2 {
+				t.Fatalf("got %d attempts; want 2", len(seen))
+			}
+			if !seen[0].BudgetFallback {
+				t.Errorf("attempt 1: got BudgetFallback false; want true (the destination's budget is falling back)")
+			}
+		})
+	}
+}

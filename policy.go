@@ -76,7 +76,8 @@ type Policy struct {
 	// Rand returns a uniform random integer in [0, n) for n > 0; it draws
 	// the jitter. Nil means math/rand/v2's Int64N. Replace it for
 	// deterministic tests and simulations; it must be safe for concurrent
-	// use if the Transport is shared.
+	// use if the Transport is shared. A value outside [0, n) is taken as
+	// the nearer end, so that no wait is negative or past its window.
 	Rand func(n int64) int64
 
 	// IdempotencyHeader names the header that carries the idempotency key of
@@ -86,7 +87,8 @@ type Policy struct {
 	// NewIdempotencyKey makes the key of a POST or PATCH that does not carry
 	// one; it is called once per RoundTrip, and every attempt sends the
 	// same key. Nil means a random (version 4) UUID in its 36-character
-	// form, e.g. "3f1c56a4-8c2e-4c4b-9a57-2b1e7b0d2f61".
+	// form, e.g. "3f1c56a4-8c2e-4c4b-9a57-2b1e7b0d2f61". An empty key is no
+	// key: the write is sent once, unkeyed, neither retried nor hedged.
 	NewIdempotencyKey func() string
 
 	// HedgeDelay turns hedging on: when an attempt of a request that may be
@@ -284,8 +286,11 @@ func uniform(rnd func(int64) int64, d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0
 	}
+	var v int64
 	if d == math.MaxInt64 {
-		return time.Duration(rnd(int64(d)))
+		v = rnd(int64(d))
+	} else {
+		v = rnd(int64(d) + 1)
 	}
-	return time.Duration(rnd(int64(d) + 1))
+	return time.Duration(min(max(v, 0), int64(d))) // a Rand outside [0, n) is clamped
 }

@@ -69,7 +69,8 @@ type Transport struct {
 	// token bucket of DefaultBudgetTokens made on first use; give several
 	// Transports the same Budget to make them share one quota. Any
 	// RetryBudget will do: a *Budget, a *RatioBudget, or one shared by a
-	// fleet.
+	// fleet (a ContextBudget, whose withdrawals end with the request's
+	// context).
 	Budget RetryBudget
 
 	// Limiter, if not nil, slows the Transport while it is being throttled:

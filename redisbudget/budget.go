@@ -4,7 +4,7 @@
 // retries as one host would, not 10,000 times as many.
 //
 // The bucket follows the AWS SDKs' retry quota (retryhttp.Budget): a retry
-// costs 14 tokens (5 after throttling, 28 for a hedged copy), a first-try
+// costs 14 tokens (5 after throttling), a first-try
 // success adds 1, a successful retry gives its cost back. What changes is
 // where the tokens live and how often a process talks to Redis:
 //
@@ -43,6 +43,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -91,7 +92,8 @@ type Options struct {
 	// shares it. Required.
 	Key string
 	// Capacity is the most tokens the bucket holds, and what a new (or
-	// expired) bucket starts with. Zero means 500.
+	// expired) bucket starts with. Zero means 500. More than 2^53 means
+	// 2^53: the script counts in Lua's doubles, exact up to there.
 	Capacity int64
 	// Lease is the least number of tokens a process takes from Redis at
 	// once, when its local lease cannot pay for a retry. Zero means 28
@@ -99,7 +101,7 @@ type Options struct {
 	// pays for costs, nor more than the bucket holds.
 	Lease int64
 	// Timeout bounds each withdrawal that has to ask Redis. Zero means
-	// 100ms.
+	// 250ms (DefaultTimeout).
 	Timeout time.Duration
 	// RetryAfter is how long the budget uses its local fallback after a
 	// failed call to Redis before it tries Redis again, drawn at random
@@ -120,7 +122,9 @@ type Options struct {
 	// has tokens left. Zero or one means one bucket, under Key.
 	Shards int
 	// TTL is how long the bucket lives in Redis after its last change; an
-	// expired bucket starts full again. Zero means 1h.
+	// expired bucket starts full again. Zero means 1h. Less than a
+	// millisecond is an error: Redis counts it in milliseconds, and 0
+	// would delete the bucket as soon as it is written.
 	TTL time.Duration
 	// Fallback pays for retries while Redis cannot be reached. Nil means a
 	// private retryhttp.Budget of Capacity tokens.
@@ -128,7 +132,10 @@ type Options struct {
 	// OnFallback, if not nil, is called when the budget falls back to its
 	// local bucket (err is why) and when it is back on Redis (err is nil).
 	// It is called once per change, before any withdrawal that waited for
-	// the call that saw it returns, and must not block.
+	// the call that saw it returns, and must not block. It may run on the
+	// budget's own goroutine, where no caller could recover a panic: a
+	// panic in it is recovered and logged at Error level (to Logger, or
+	// slog.Default if Logger is nil).
 	OnFallback func(err error)
 	// Logger, if not nil, gets a Warn line when the budget falls back and
 	// an Info line when it is back on Redis.
@@ -213,6 +220,14 @@ func New(opts Options) (*Budget, error) {
 	if opts.TTL <= 0 {
 		opts.TTL = DefaultTTL
 	}
+	if opts.TTL < time.Millisecond {
+		// PEXPIRE takes milliseconds, and 0 deletes the key at once:
+		// every call would find a full bucket.
+		return nil, fmt.Errorf("redisbudget: TTL %v is under a millisecond: the bucket would be deleted as soon as it is written", opts.TTL)
+	}
+	// The script counts in Lua numbers (doubles): past 2^53 they are not
+	// exact, and the integer reply of a larger one wraps.
+	opts.Capacity = min(opts.Capacity, maxExact)
 	b := &Budget{opts: opts, key: opts.Key, capacity: opts.Capacity, fallback: opts.Fallback, epoch: time.Now(), warmed: make(chan struct{})}
 	if opts.Shards > 1 {
 		b.key, b.capacity = ShardKey(opts.Key, rand.IntN(opts.Shards)), opts.Capacity/int64(opts.Shards)
@@ -221,7 +236,8 @@ func New(opts Options) (*Budget, error) {
 		}
 	}
 	b.seen.Store(b.capacity) // a new bucket is full
-	if b.fallback == nil {
+	// A nil *retryhttp.Budget is none, as Transport.Budget reads it.
+	if b.fallback == nil || isNilPointer(b.fallback) {
 		b.fallback = retryhttp.NewBudget(int(opts.Capacity))
 	}
 	b.out.Add(1)
@@ -238,6 +254,14 @@ func (b *Budget) warm() {
 	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
 	defer cancel()
 	takeScript.Load(ctx, b.opts.Client)
+}
+
+// maxExact is the largest Capacity the script counts exactly: 2^53.
+const maxExact = 1 << 53
+
+func isNilPointer(b retryhttp.RetryBudget) bool {
+	v := reflect.ValueOf(b)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // warmTimeout bounds the background warm-up: a connection and a SCRIPT LOAD.
@@ -317,6 +341,13 @@ func (b *Budget) Deposit(success bool) {
 // tokens) or to the fallback, whichever paid, whatever the budget uses by
 // the time of the refund.
 func (b *Budget) Withdraw(c retryhttp.Class) (retryhttp.Tokens, bool) {
+	return b.WithdrawContext(context.Background(), c)
+}
+
+// WithdrawContext is Withdraw for a request whose context may end first:
+// it refuses, holding nothing, when ctx ends while it waits for Redis. The
+// Transport calls it with the request's context.
+func (b *Budget) WithdrawContext(ctx context.Context, c retryhttp.Class) (retryhttp.Tokens, bool) {
 	cost := c.Cost()
 	if b.takeLease(cost) {
 		return b.paid(cost)
@@ -362,13 +393,25 @@ func (b *Budget) Withdraw(c retryhttp.Class) (retryhttp.Tokens, bool) {
 		b.waiting += cost
 		b.mu.Unlock()
 		if f.end <= deadline {
-			<-f.done // it ends in time: its own timer sees to that
+			select {
+			case <-f.done: // it ends in time: its own timer sees to that
+			case <-ctx.Done():
+				b.mu.Lock()
+				b.waiting -= cost
+				b.mu.Unlock()
+				return retryhttp.Tokens{}, false
+			}
 		} else {
 			if timer == nil {
 				timer = time.NewTimer(time.Duration(deadline - b.now()))
 			}
 			select {
 			case <-f.done:
+			case <-ctx.Done():
+				b.mu.Lock()
+				b.waiting -= cost
+				b.mu.Unlock()
+				return retryhttp.Tokens{}, false
 			case <-timer.C:
 				// A call that started after this withdrawal is still out:
 				// the fallback pays for this one.
@@ -485,7 +528,20 @@ func (b *Budget) land(f *flight, granted, left int64, err error) {
 		// this one, and the withdrawals that waited see it made.
 		b.reportMu.Lock()
 		b.mu.Unlock()
-		report()
+		func() {
+			// The hook runs on the budget's goroutine: its panic would
+			// take the process down, beyond any caller's recover.
+			defer func() {
+				if p := recover(); p != nil {
+					log := b.opts.Logger
+					if log == nil {
+						log = slog.Default()
+					}
+					log.Error("redisbudget: OnFallback panicked", slog.Any("panic", p))
+				}
+			}()
+			report()
+		}()
 		b.reportMu.Unlock()
 	} else {
 		b.mu.Unlock()

@@ -3,6 +3,7 @@ package redisbudget
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -367,4 +368,55 @@ func TestPerHostFleetBudgets(t *testing.T) {
 			t.Errorf("%s: got %d tokens left in Redis; want less than a retry's cost", dest, got)
 		}
 	}
+}
+
+// A TTL under a millisecond is sent to PEXPIRE as 0, which deletes the
+// bucket as soon as the script writes it: every call finds a full bucket,
+// and the fleet's bound is gone. New must refuse such a TTL, or the bucket
+// must outlive the call that wrote it.
+func TestSubMillisecondTTLRefused(t *testing.T) {
+	for _, ttl := range []time.Duration{500 * time.Microsecond, 100 /* ns: a unit forgotten */} {
+		t.Run(ttl.String(), func(t *testing.T) {
+			s := startRedis(t)
+			if _, err := New(Options{Client: s.client(), Key: "fleet", TTL: ttl, Capacity: 2 * retryhttp.RetryCost}); err == nil {
+				t.Fatalf("New with TTL %v: got no error; want one (PEXPIRE would get 0 and delete the bucket it writes)", ttl)
+			}
+		})
+	}
+}
+
+// A Capacity beyond what Lua's doubles hold exactly (2^53) comes back from
+// the script as an integer that wrapped: the budget then believes the
+// bucket is empty and refuses retries locally, and counts no deposit.
+func TestHugeCapacity(t *testing.T) {
+	for _, capacity := range []int64{1 << 40, 1 << 62, math.MaxInt64} {
+		t.Run(itoa(capacity), func(t *testing.T) {
+			s := startRedis(t)
+			b := newBudget(t, s.client(), "fleet", func(o *Options) { o.Capacity = capacity })
+			for i := range 4 {
+				if _, ok := b.Withdraw(retryhttp.Transient); !ok {
+					t.Fatalf("Capacity %d: retry %d refused (seen %d); want every one paid from a bucket that large", capacity, i+1, b.seen.Load())
+				}
+			}
+		})
+	}
+}
+
+// A nil *retryhttp.Budget as Fallback (a variable never set): the
+// Transport reads a nil *Budget in its Budget field as "none"; New keeps
+// it, and the first withdrawal that falls back panics on it.
+func TestTypedNilFallback(t *testing.T) {
+	s := startRedis(t)
+	var fb *retryhttp.Budget // not configured
+	b := newBudget(t, s.client(), "fleet", func(o *Options) { o.Timeout = 50 * time.Millisecond; o.Fallback = fb })
+	s.stop() // Redis is gone
+	defer func() {
+		if p := recover(); p != nil {
+			t.Errorf("Withdraw panicked with Redis down and a nil *Budget Fallback: %v; want the default fallback to pay", p)
+		}
+	}()
+	if _, ok := b.Withdraw(retryhttp.Transient); !ok {
+		t.Errorf("refused; want the default fallback (a private Budget of Capacity) to pay")
+	}
+	b.Deposit(true)
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -249,5 +251,109 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("gave up waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A withdrawal that waits for a stalled Redis holds the request past its
+// own deadline (Policy.Timeout, or the caller's context): RetryBudget's
+// Withdraw takes no context, and weigh checks the deadline before it, not
+// after. The Transport promises to keep every attempt and wait inside one
+// deadline.
+func TestWithdrawEndsWithTheRequest(t *testing.T) {
+	const budgetTimeout = time.Second
+	for _, tc := range []struct {
+		name    string
+		policy  time.Duration // Policy.Timeout
+		cancel  time.Duration // the caller cancels after this, if positive
+		allowed time.Duration // the most RoundTrip may take
+	}{
+		{"Policy.Timeout", 200 * time.Millisecond, 0, 400 * time.Millisecond},
+		{"caller cancels", 0, 100 * time.Millisecond, 300 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startRedis(t)
+			b := newBudget(t, s.client(), "fleet", func(o *Options) { o.Timeout = budgetTimeout })
+			b.Withdraw(retryhttp.Transient)
+			b.Withdraw(retryhttp.Transient) // the lease is spent: the next retry asks Redis
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(http.StatusServiceUnavailable)
+			}))
+			defer srv.Close()
+			tr := &retryhttp.Transport{Budget: b, Policy: retryhttp.Policy{BaseDelay: time.Millisecond, Timeout: tc.policy}}
+			defer tr.CloseIdleConnections()
+			s.pause()
+			defer s.resume()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tc.cancel > 0 {
+				time.AfterFunc(tc.cancel, cancel)
+			}
+			req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
+			start := time.Now()
+			resp, err := tr.RoundTrip(req)
+			took := time.Since(start)
+			if err == nil {
+				resp.Body.Close()
+			}
+			if took > tc.allowed {
+				t.Errorf("RoundTrip took %v (err %v); want at most %v: the budget's %v wait for Redis ran past the request's deadline",
+					took.Round(time.Millisecond), err, tc.allowed, budgetTimeout)
+			}
+		})
+	}
+}
+
+// Killing Redis while a call is out: the retry is paid by the fallback
+// within the Timeout, the response comes back, and the call's deposits are
+// dropped (their fate is unknown), not credited twice. (Held.)
+func TestRedisKilledMidCall(t *testing.T) {
+	s := startRedis(t)
+	var fell atomic.Int32
+	b := newBudget(t, s.client(), "fleet", func(o *Options) {
+		o.Timeout = 300 * time.Millisecond
+		o.OnFallback = func(err error) {
+			if err != nil {
+				fell.Add(1)
+			}
+		}
+	})
+	b.Withdraw(retryhttp.Transient)
+	b.Withdraw(retryhttp.Transient)
+	s.pause()
+	proc := s.cmd.Process
+	time.AfterFunc(50*time.Millisecond, func() { proc.Kill() }) // SIGKILL while the call waits
+	start := time.Now()
+	tk, ok := b.Withdraw(retryhttp.Transient)
+	if took := time.Since(start); !ok || took > 400*time.Millisecond {
+		t.Errorf("got ok %v after %v; want a fallback payment within about the Timeout", ok, took)
+	}
+	if tk.Payer == nil || fell.Load() != 1 {
+		t.Errorf("got payer %T, %d fallbacks; want the fallback's, 1", tk.Payer, fell.Load())
+	}
+}
+
+// OnFallback runs on the budget's own goroutine (the call's, or its
+// timer's): a hook that panics there cannot be recovered by the caller of
+// Withdraw, and takes the whole process down. Run in a child process.
+func TestPanickingOnFallbackIsRecovered(t *testing.T) {
+	if os.Getenv("REDISBUDGET_ONFALLBACK_CHILD") == "1" {
+		s := startRedis(t)
+		b := newBudget(t, s.client(), "fleet", func(o *Options) {
+			o.Timeout = 50 * time.Millisecond
+			o.OnFallback = func(error) { panic("hook") }
+		})
+		s.stop()
+		func() {
+			defer func() { recover() }() // the caller guards its own goroutine
+			b.Withdraw(retryhttp.Transient)
+		}()
+		time.Sleep(200 * time.Millisecond)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPanickingOnFallbackIsRecovered$")
+	cmd.Env = append(os.Environ(), "REDISBUDGET_ONFALLBACK_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Errorf("a panicking OnFallback crashed the process (%v), though the caller recovered around Withdraw; want the panic recovered (and logged) or reported to the caller:\n%.300s", err, out)
 	}
 }
