@@ -64,6 +64,7 @@ type outcome struct {
 	start      time.Time // when observing
 	hedges     hedgeStats
 	class      Class
+	retrying   Class // the class of the failure it retries; Success for the first
 }
 
 // A verdict is the decision made after an attempt.
@@ -158,6 +159,10 @@ func (c *call) acquire() error {
 // and classifies it.
 func (c *call) send() {
 	o, p := &c.o, &c.t.Policy // o's response and release were handed on or discarded
+	o.retrying = Success
+	if c.n > 0 {
+		o.retrying = o.class // the last attempt's, which this one retries
+	}
 	o.number, o.sent = c.n+1, c.out
 	if c.observing {
 		o.start = time.Now()
@@ -208,7 +213,7 @@ func (c *call) sendOne() {
 	case c.permit.l != nil:
 		used := c.take()
 		o.resp, o.err = roundTripOnce(c.t.base(), o.sent)
-		o.class = p.classify(o.resp, o.err)
+		o.class = p.classifyAttempt(c.ctx, o.resp, o.err)
 		used.answered(p, o.resp, o.err, o.class)
 	default:
 		o.resp, o.err = c.t.base().RoundTrip(o.sent)
@@ -218,7 +223,7 @@ func (c *call) sendOne() {
 		if p.Classify == nil && o.err == nil {
 			o.class = statusClass(o.resp.StatusCode) // DefaultClassify's, without the calls
 		} else {
-			o.class = p.classify(o.resp, o.err)
+			o.class = p.classifyAttempt(c.ctx, o.resp, o.err)
 		}
 	}
 }
@@ -247,7 +252,7 @@ func (c *call) sendTimed() {
 	timeout := c.attemptTimeout()
 	o.timer = time.AfterFunc(timeout, release)
 	o.resp, o.err = roundTripOnce(c.t.base(), o.sent.WithContext(actx))
-	o.class = p.classify(o.resp, o.err)
+	o.class = p.classifyAttempt(o.sent.Context(), o.resp, o.err)
 	fired := !o.timer.Stop()
 	o.timer = nil
 	switch {
@@ -381,7 +386,7 @@ func (c *call) record() {
 	o := &c.o
 	b := c.budget()
 	c.t.observe(c.ctx, c.report, b, Attempt{
-		Request: o.sent, Number: o.number, Err: o.err, Class: o.class,
+		Request: o.sent, Number: o.number, Err: o.err, Class: o.class, Retrying: o.retrying,
 		Decision: c.v.decision, Delay: c.v.delay, DelaySource: c.v.src,
 		Tokens: b.Available(), Duration: time.Since(o.start),
 		Hedges: int(o.hedges.sent), HedgeWon: o.hedges.won, HedgesRefused: int(o.hedges.refused),

@@ -81,7 +81,11 @@ var ErrAttemptTimeout = errors.New("retryhttp: attempt timed out")
 // CONNECT tunnel (a *ProxyConnectError) is classified by its status as a
 // response would be. Whatever the class, the Transport never retries once
 // the request's own context has ended: that is the caller's cancellation or
-// deadline, not the attempt's.
+// deadline, not the attempt's. While the request's context is alive, the
+// Transport takes a Permanent context.Canceled from any classifier as
+// Transient: that cancellation was not the caller's (net/http can hand one
+// request's cancellation to the next request on its connection, and hedging
+// cancels the losing copies in flight).
 //
 // To retry more, wrap it:
 //

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -301,4 +302,40 @@ func TestClassifyRealErrors(t *testing.T) {
 			}
 		}
 	})
+}
+
+// An attempt that fails with context.Canceled while the request's own
+// context (and the attempt's) is alive was not canceled by the caller:
+// net/http hands such an error to an unrelated request when another
+// request on the same connection is canceled at the moment its bodyless
+// response is delivered (the connection is already back in the pool; see
+// persistConn.roundTrip's <-ctxDoneChan case). Hedging cancels losing
+// copies in flight all the time. The request must be retried, not
+// returned as "not retryable: context canceled".
+func TestStrayCancelIsRetried(t *testing.T) {
+	for _, hedged := range []bool{false, true} {
+		t.Run(fmt.Sprint("hedged=", hedged), func(t *testing.T) {
+			var calls atomic.Int32
+			base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+				if calls.Add(1) == 1 {
+					return nil, fmt.Errorf("read: %w", context.Canceled) // another request's cancel
+				}
+				return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
+			})
+			p := Policy{BaseDelay: time.Millisecond}
+			if hedged {
+				p.HedgeDelay, p.HedgeRatio = time.Hour, 1
+			}
+			tr := &Transport{Base: base, Policy: p}
+			req, _ := http.NewRequest("GET", "http://example.test/", nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatalf("got error %v after %d attempts; want 200 after 2 (the request's context is alive)", err, calls.Load())
+			}
+			resp.Body.Close()
+			if calls.Load() != 2 {
+				t.Errorf("got %d attempts; want 2", calls.Load())
+			}
+		})
+	}
 }

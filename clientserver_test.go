@@ -778,3 +778,154 @@ func TestHedgedUpgrade(t *testing.T) {
 		t.Errorf("got (%q, %v); want the echo", buf, err)
 	}
 }
+
+// Everything on, many goroutines, over a real client and server: the
+// caller's request is never touched and -race stays quiet.
+func TestConcurrentEverythingThroughAClient(t *testing.T) {
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		switch n.Add(1) % 4 {
+		case 0:
+			w.WriteHeader(503)
+		case 1:
+			time.Sleep(3 * time.Millisecond)
+		case 2:
+			http.Redirect(w, r, "/b", 307)
+			return
+		}
+		io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	tr := &Transport{Policy: Policy{BaseDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond, Timeout: 5 * time.Second,
+		HedgeDelay: time.Millisecond, HedgeRatio: 1, SendAttemptHeader: true, MaxAttempts: 4},
+		OnAttempt: func(Attempt) {}}
+	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	done := make(chan struct{})
+	for i := 0; i < 16; i++ {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for j := 0; j < 20; j++ {
+				method := []string{"GET", "POST", "PUT"}[j%3]
+				req, _ := http.NewRequest(method, srv.URL+"/a", strings.NewReader("body"))
+				req.Header.Set("X-Mine", "1")
+				var rep Report
+				req = req.WithContext(WithOverride(WithReport(context.Background(), &rep), Override{AttemptTimeout: time.Second}))
+				h := fmt.Sprint(req.Header)
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Error(err)
+					for _, a := range rep.Attempts {
+						t.Logf("  %v err=%v hedges=%d won=%v", a, a.Err, a.Hedges, a.HedgeWon)
+					}
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if fmt.Sprint(req.Header) != h {
+					t.Errorf("caller's header changed: %v -> %v", h, req.Header)
+				}
+			}
+		}()
+	}
+	for i := 0; i < 16; i++ {
+		<-done
+	}
+}
+
+// A 307 redirect of a POST with a body, whose target fails once with a 503:
+// the retry on the redirected hop must send the whole body again.
+func TestRetryOnARedirectedHop(t *testing.T) {
+	for _, code := range []int{307, 308} {
+		t.Run(fmt.Sprint(code), func(t *testing.T) {
+			var hits atomic.Int32
+			var bodies []string
+			mux := http.NewServeMux()
+			mux.HandleFunc("/from", func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+				http.Redirect(w, r, "/to", code)
+			})
+			mux.HandleFunc("/to", func(w http.ResponseWriter, r *http.Request) {
+				b, _ := io.ReadAll(r.Body)
+				bodies = append(bodies, string(b))
+				if hits.Add(1) == 1 {
+					w.WriteHeader(503)
+					return
+				}
+				io.WriteString(w, "ok")
+			})
+			srv := httptest.NewServer(mux)
+			defer srv.Close()
+			client := &http.Client{Transport: &Transport{Policy: fast}}
+			req, _ := http.NewRequest("POST", srv.URL+"/from", strings.NewReader("payload"))
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || string(b) != "ok" {
+				t.Errorf("got %d %q; want 200 ok", resp.StatusCode, b)
+			}
+			if len(bodies) != 2 || bodies[0] != "payload" || bodies[1] != "payload" {
+				t.Errorf("target got bodies %q; want [payload payload]", bodies)
+			}
+			if req.Header.Get("Idempotency-Key") != "" {
+				t.Errorf("caller's request got a key")
+			}
+		})
+	}
+}
+
+// Expect: 100-continue: a server that answers 503 without reading the body
+// (so no 100 Continue is sent), then 200: the retry sends the body.
+func TestExpectContinueRetry(t *testing.T) {
+	var hits atomic.Int32
+	var last atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hits.Add(1) == 1 {
+			w.WriteHeader(503)
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		last.Store(string(b))
+		io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	base := &http.Transport{ExpectContinueTimeout: 5 * time.Second}
+	defer base.CloseIdleConnections()
+	client := &http.Client{Transport: &Transport{Base: base, Policy: fast}}
+	req, _ := http.NewRequest("PUT", srv.URL, strings.NewReader("payload"))
+	req.Header.Set("Expect", "100-continue")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || last.Load() != "payload" {
+		t.Errorf("got %d, body at server %v; want 200, payload", resp.StatusCode, last.Load())
+	}
+}
+
+func TestHeadRetry(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hits.Add(1) == 1 {
+			w.Header().Set("Content-Length", "100")
+			w.WriteHeader(503)
+			return
+		}
+		w.Header().Set("Content-Length", "100")
+	}))
+	defer srv.Close()
+	client := &http.Client{Transport: &Transport{Policy: Policy{BaseDelay: time.Millisecond, Timeout: 5 * time.Second}}}
+	resp, err := client.Head(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || hits.Load() != 2 {
+		t.Errorf("got %d after %d hits; want 200 after 2", resp.StatusCode, hits.Load())
+	}
+}

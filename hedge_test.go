@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -1337,5 +1338,47 @@ func TestHedgedRandomRaces(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// The same over loopback: hedged requests whose losing copies are canceled
+// in flight make unrelated requests on the same pool fail.
+func TestHedgeCancelsDoNotFailOthers(t *testing.T) {
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1)%3 == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		w.WriteHeader(204) // bodyless: the connection goes back to the pool before the response is delivered
+	}))
+	defer srv.Close()
+	base := &http.Transport{MaxIdleConnsPerHost: 4}
+	defer base.CloseIdleConnections()
+	tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 200 * time.Microsecond, HedgeRatio: 1, BaseDelay: time.Millisecond}}
+	var failed atomic.Int32
+	var firstErr atomic.Value
+	deadline := time.Now().Add(time.Second)
+	done := make(chan struct{})
+	const workers = 16
+	for range workers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for time.Now().Before(deadline) && failed.Load() == 0 {
+				req, _ := http.NewRequest("GET", srv.URL, nil)
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+					continue
+				}
+				resp.Body.Close()
+			}
+		}()
+	}
+	for range workers {
+		<-done
+	}
+	if f := failed.Load(); f > 0 {
+		t.Errorf("got %d failed requests (first: %v) in %d sent; want none: every request's context was alive", f, firstErr.Load(), n.Load())
 	}
 }

@@ -106,6 +106,11 @@ type Attempt struct {
 	Err error
 	// Class is how the Policy classified the outcome.
 	Class Class
+	// Retrying is the class of the failure this attempt retries (Transient
+	// or Throttling), or Success for a request's first attempt. A retry is
+	// counted here, when it is made; a Retry decision can still end in its
+	// wait (the context ends, or the Limiter has no permit).
+	Retrying Class
 	// Decision is what happens next.
 	Decision Decision
 	// Delay is the wait before the next attempt when Decision is Retry; for
@@ -249,20 +254,43 @@ func plural(n int, s string) string {
 }
 
 // errString renders err without the query string or user info of any URL it
-// carries.
+// carries: the text of each *url.Error in its chain is replaced by a
+// redacted one, and whatever wraps it is kept.
 func errString(err error) string {
 	if err == nil {
 		return "<nil>"
 	}
 	var ue *url.Error
-	if errors.As(err, &ue) {
-		u, perr := url.Parse(ue.URL)
-		if perr != nil {
-			return ue.Op + " <invalid URL>: " + errString(ue.Err)
-		}
-		return ue.Op + " " + redactURL(u) + ": " + errString(ue.Err)
+	if !errors.As(err, &ue) {
+		return err.Error()
 	}
-	return err.Error()
+	if err == error(ue) {
+		return redactURLError(ue)
+	}
+	full, whole := err.Error(), true
+	walkChain(err, func(e error) bool {
+		if u, ok := e.(*url.Error); ok {
+			if raw := u.Error(); strings.Contains(full, raw) {
+				full = strings.Replace(full, raw, redactURLError(u), 1)
+			} else if !strings.Contains(full, redactURLError(u)) {
+				whole = false // its text is not there as it is: it may be there otherwise
+			}
+		}
+		return false
+	})
+	if !whole {
+		return redactURLError(ue) // the first one alone, as safe as before
+	}
+	return full
+}
+
+// redactURLError renders a *url.Error as errString does.
+func redactURLError(ue *url.Error) string {
+	u, perr := url.Parse(ue.URL)
+	if perr != nil {
+		return ue.Op + " <invalid URL>: " + errString(ue.Err)
+	}
+	return ue.Op + " " + redactURL(u) + ": " + errString(ue.Err)
 }
 
 // redactURL renders u without user info, query or fragment: what may go into

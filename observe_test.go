@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -26,8 +27,8 @@ func TestOnAttemptReportsEveryAttempt(t *testing.T) {
 		roundTrip(t, tr, newReq(t, "POST", "x"))
 		want := []Attempt{
 			{Number: 1, Status: 429, Class: Throttling, Decision: Retry, Delay: time.Second, DelaySource: FromServer, Tokens: 500 - ThrottleRetryCost},
-			{Number: 2, Err: errReset, Class: Transient, Decision: Retry, Delay: 0, DelaySource: FromBackoff, Tokens: 500 - ThrottleRetryCost - RetryCost},
-			{Number: 3, Status: 200, Class: Success, Decision: Done, Tokens: 500 - ThrottleRetryCost},
+			{Number: 2, Err: errReset, Class: Transient, Retrying: Throttling, Decision: Retry, Delay: 0, DelaySource: FromBackoff, Tokens: 500 - ThrottleRetryCost - RetryCost},
+			{Number: 3, Status: 200, Class: Success, Retrying: Transient, Decision: Done, Tokens: 500 - ThrottleRetryCost},
 		}
 		if len(got) != len(want) {
 			t.Fatalf("got %d hook calls; want %d", len(got), len(want))
@@ -215,5 +216,49 @@ func TestBudgetFallbackReportedPerHost(t *testing.T) {
 				t.Errorf("attempt 1: got BudgetFallback false; want true (the destination's budget is falling back)")
 			}
 		})
+	}
+}
+
+// Error's text drops whatever wraps a *url.Error in its cause: a wait
+// canceled after an attempt whose error was a url.Error (a base built on an
+// http.Client, an SDK's adapter) loses "context canceled; last attempt:".
+func TestErrorTextKeepsWhatWrapsAURLError(t *testing.T) {
+	ue := func(u string) error {
+		return &url.Error{Op: "Get", URL: u, Err: errors.New("connection refused")}
+	}
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"wrapped", fmt.Errorf("%w; last attempt: %w", context.Canceled, ue("http://h/p?token=secret")),
+			"context canceled; last attempt: Get http://h/p: connection refused"},
+		{"joined", errors.Join(ue("http://a/x?token=secret"), ue("http://u:secret@b/y")),
+			"Get http://a/x: connection refused\nGet http://b/y: connection refused"},
+		{"bare", ue("http://h/p?token=secret"), "Get http://h/p: connection refused"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := &Error{Attempts: 1, Decision: StopCanceled, Err: tc.err}
+			want := "retryhttp: canceled after 1 attempt: " + tc.want
+			if got := err.Error(); got != want {
+				t.Errorf("got %q; want %q", got, want)
+			}
+		})
+	}
+}
+
+// Attempt.Retrying names the failure each attempt retries: Success for the
+// first, then the class of the attempt before it.
+func TestAttemptRetrying(t *testing.T) {
+	var got []Class
+	tr := &Transport{Base: rht.NewTransport(rht.Status(503), rht.Status(429), rht.Status(200)), Policy: fast,
+		OnAttempt: func(a Attempt) { got = append(got, a.Retrying) }}
+	if _, _, err := roundTrip(t, tr, newReq(t, "GET", "")); err != nil {
+		t.Fatal(err)
+	}
+	want := []Class{Success, Transient, Throttling}
+	if !slices.Equal(got, want) {
+		t.Errorf("got Retrying %v; want %v", got, want)
 	}
 }

@@ -3,6 +3,7 @@ package retryhttp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -94,5 +95,43 @@ func TestPeekBodyOnAStalledBodyIsCutByAttemptTimeout(t *testing.T) {
 	code, _, err := roundTrip(t, tr, mustReq(t, "GET", srv.URL).WithContext(ctx))
 	if err != nil || code != 200 {
 		t.Fatalf("got (%d, %v); want 200 after the stalled peek timed out", code, err)
+	}
+}
+
+// truncatingServer answers every request with a status, a Content-Length
+// of declared and only the bytes of body, then closes the connection.
+func truncatingServer(t *testing.T, status int, body string, declared int) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		fmt.Fprintf(buf, "HTTP/1.1 %d %s\r\nContent-Length: %d\r\nContent-Type: text/plain\r\n\r\n%s", status, http.StatusText(status), declared, body)
+		buf.Flush()
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestPeekBodyKeepsTruncation(t *testing.T) {
+	for _, n := range []int{8, 1024} {
+		t.Run(fmt.Sprintf("peek %d", n), func(t *testing.T) {
+			srv := truncatingServer(t, http.StatusBadRequest, "<Error><Code>x</Code>", 4096)
+			resp, err := http.Get(srv.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if _, err := PeekBody(resp, n); err != nil {
+				t.Logf("peek error: %v", err)
+			}
+			_, err = io.ReadAll(resp.Body)
+			if !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Errorf("reading a body cut short after PeekBody(%d): got error %v; want io.ErrUnexpectedEOF, as without the peek", n, err)
+			}
+		})
 	}
 }

@@ -1,6 +1,8 @@
 package retryhttp
 
 import (
+	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -180,6 +182,23 @@ func (p *Policy) classify(resp *http.Response, err error) Class {
 		return statusClass(resp.StatusCode) // DefaultClassify's, without the call
 	}
 	return DefaultClassify(resp, err)
+}
+
+// classifyAttempt is classify for an attempt sent under ctx, the request's
+// context. An error that says "canceled" while ctx is alive was not the
+// caller's cancellation. net/http puts the connection of a bodyless
+// response back in the pool before it delivers the response, and a
+// request canceled in between closes that connection under the request
+// that took it (transport.go, persistConn.roundTrip); hedging cancels
+// losing copies in flight all the time. Such an attempt failed with its
+// connection: Transient, not the Permanent of a caller's cancellation. It
+// is not a failure before sending, so an unkeyed write is not retried.
+func (p *Policy) classifyAttempt(ctx context.Context, resp *http.Response, err error) Class {
+	class := p.classify(resp, err)
+	if class == Permanent && err != nil && ctx.Err() == nil && errors.Is(err, context.Canceled) {
+		return Transient
+	}
+	return class
 }
 
 func (p *Policy) rand() func(int64) int64 {

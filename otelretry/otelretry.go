@@ -12,14 +12,17 @@
 //   - attempts (counter): every attempt, by class (success, permanent,
 //     transient, throttling), decision and method.
 //   - requests (counter): every RoundTrip that made at least one attempt, by
-//     method; retries (counter): every retry, by class and method. Their
-//     ratio is the retry share of traffic, the figure to alert on (the SRE
-//     book's suggested limit is 10%).
+//     method; retries (counter): every retry sent, by method and the class
+//     of the failure it retries. Their ratio is the retry share of traffic,
+//     the figure to alert on (the SRE book's suggested limit is 10%).
 //   - wait (histogram, seconds): every wait before a retry, by source
-//     (backoff or server).
+//     (backoff or server), as decided.
 //   - giveups (counter): every RoundTrip that ended on a retryable failure
 //     without retrying it, by reason (attempts exhausted, retry budget
-//     exhausted, deadline too close, ...).
+//     exhausted, deadline too close, ...). A request whose retry was decided
+//     and then ended in its wait (the context ended, or the Limiter had no
+//     permit) made no attempt after the decision, so no hook saw it end: it
+//     is in neither retries nor giveups, and its wait is in wait.
 //   - hedges (counter): hedged copies (Policy.HedgeDelay), by method and
 //     outcome (sent, won, refused: the hedge share or the Limiter had none).
 //   - budget.tokens (observable gauge): the tokens in each instrumented
@@ -221,9 +224,13 @@ func (m *Metrics) Record(a retryhttp.Attempt) {
 	if a.PermitWait > 0 {
 		m.permit.Record(ctx, a.PermitWait.Seconds(), metric.WithAttributes(methodAttr))
 	}
+	if a.Retrying != retryhttp.Success {
+		// A retry is counted when it is made, by the class it retries: a
+		// Retry decision may still end in its wait.
+		m.retries.Add(ctx, 1, metric.WithAttributes(methodAttr, attribute.String("retryhttp.class", a.Retrying.String())))
+	}
 	switch a.Decision {
 	case retryhttp.Retry:
-		m.retries.Add(ctx, 1, metric.WithAttributes(methodAttr, classAttr))
 		m.wait.Record(ctx, a.Delay.Seconds(), metric.WithAttributes(attribute.String("retryhttp.delay_source", a.DelaySource.String())))
 	case retryhttp.Done:
 	default:

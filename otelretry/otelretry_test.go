@@ -103,6 +103,9 @@ func TestMetrics(t *testing.T) {
 			{"retryhttp.attempts", []attribute.KeyValue{str("http.request.method", "GET"), str("retryhttp.class", "permanent"), str("retryhttp.decision", "done")}, 1},
 			{"retryhttp.requests", nil, 3},
 			{"retryhttp.retries", nil, 4},
+			{"retryhttp.retries", []attribute.KeyValue{str("http.request.method", "POST"), str("retryhttp.class", "transient")}, 1},
+			{"retryhttp.retries", []attribute.KeyValue{str("http.request.method", "POST"), str("retryhttp.class", "throttling")}, 1},
+			{"retryhttp.retries", []attribute.KeyValue{str("http.request.method", "GET"), str("retryhttp.class", "transient")}, 2},
 			{"retryhttp.giveups", []attribute.KeyValue{str("http.request.method", "GET"), str("retryhttp.reason", "attempts exhausted")}, 1},
 		} {
 			if v := sum(t, got[c.name], c.kv...); v != c.want {
@@ -379,6 +382,42 @@ func TestPerHostStateNotObserved(t *testing.T) {
 		}
 		if v := sum(t, got["retryhttp.attempts"]); v != 2 {
 			t.Errorf("retryhttp.attempts: got %d; want 2", v)
+		}
+	})
+}
+
+// A retry decided, then never made because the request's context ended in
+// its wait, is not counted in retries (retries over requests is the share
+// of traffic that retries add); its wait is in wait (helper-24's case).
+func TestRetryEndedInItsWaitIsNotCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, reader := newMetrics(t)
+		base := rht.NewTransport(rht.Status(503), rht.Status(200))
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		tr := &retryhttp.Transport{Base: base, Policy: retryhttp.Policy{Rand: func(n int64) int64 { return n - 1 }},
+			OnAttempt: func(a retryhttp.Attempt) {
+				if a.Decision == retryhttp.Retry {
+					cancel() // the caller gives up during the wait
+				}
+			}}
+		m.Instrument(tr)
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://orders.test/", nil)
+		if resp, err := tr.RoundTrip(req); err == nil {
+			resp.Body.Close()
+			t.Fatal("got a response; want the wait's cancellation")
+		}
+		if n := len(base.Attempts()); n != 1 {
+			t.Fatalf("the server got %d attempts; want 1", n)
+		}
+		got := collect(t, reader)
+		if r := got["retryhttp.retries"]; r.Data != nil { // no data point is 0
+			if v := sum(t, r); v != 0 {
+				t.Errorf("retries: got %d; want 0 (no retry was sent)", v)
+			}
+		}
+		if h := got["retryhttp.wait"].Data.(metricdata.Histogram[float64]); len(h.DataPoints) != 1 || h.DataPoints[0].Count != 1 {
+			t.Errorf("wait: got %+v; want one wait", h.DataPoints)
 		}
 	})
 }
