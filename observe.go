@@ -253,9 +253,11 @@ func plural(n int, s string) string {
 	return itoa(n) + " " + s + "s"
 }
 
-// errString renders err without the query string or user info of any URL it
-// carries: the text of each *url.Error in its chain is replaced by a
-// redacted one, and whatever wraps it is kept.
+// errString renders err without the query string, fragment or user info of
+// any URL it carries: the text of each *url.Error in its chain is replaced by
+// a redacted one, and whatever wraps it is kept, unless a secret of one of
+// their URLs is still in the text (a wrapper printed it, or the url.Error
+// in another form): then the text is the first url.Error's, redacted, alone.
 func errString(err error) string {
 	if err == nil {
 		return "<nil>"
@@ -267,21 +269,43 @@ func errString(err error) string {
 	if err == error(ue) {
 		return redactURLError(ue)
 	}
-	full, whole := err.Error(), true
+	full := err.Error()
+	var secrets []string
 	walkChain(err, func(e error) bool {
 		if u, ok := e.(*url.Error); ok {
-			if raw := u.Error(); strings.Contains(full, raw) {
-				full = strings.Replace(full, raw, redactURLError(u), 1)
-			} else if !strings.Contains(full, redactURLError(u)) {
-				whole = false // its text is not there as it is: it may be there otherwise
-			}
+			full = strings.ReplaceAll(full, u.Error(), redactURLError(u))
+			secrets = append(secrets, urlSecrets(u.URL)...)
 		}
 		return false
 	})
-	if !whole {
-		return redactURLError(ue) // the first one alone, as safe as before
+	for _, s := range secrets {
+		if strings.Contains(full, s) {
+			return redactURLError(ue)
+		}
 	}
 	return full
+}
+
+// urlSecrets lists what redactURL leaves out of raw: its user info (and
+// password), query and fragment, or raw itself if it does not parse.
+func urlSecrets(raw string) []string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return []string{raw}
+	}
+	var s []string
+	if u.User != nil {
+		s = append(s, u.User.String())
+		if p, ok := u.User.Password(); ok && p != "" {
+			s = append(s, p)
+		}
+	}
+	for _, part := range []string{u.RawQuery, u.Fragment, u.EscapedFragment()} {
+		if part != "" {
+			s = append(s, part)
+		}
+	}
+	return s
 }
 
 // redactURLError renders a *url.Error as errString does.

@@ -262,3 +262,30 @@ func TestAttemptRetrying(t *testing.T) {
 		t.Errorf("got Retrying %v; want %v", got, want)
 	}
 }
+
+// Whatever wraps a *url.Error is kept in Error's text, but never a secret
+// of its URL (user info, query, fragment) that the wrapper printed itself:
+// then the text is the first url.Error's, redacted, alone.
+func TestErrorTextNeverShowsAURLSecret(t *testing.T) {
+	const raw = "http://user:pw@h.test/p?token=secret#frag"
+	ue := &url.Error{Op: "Get", URL: raw, Err: errors.New("connection refused")}
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"wrapper prints the URL", fmt.Errorf("fetching %s: %w", raw, ue)},
+		{"wrapper prints the error twice", fmt.Errorf("%v; again: %w", ue, ue)},
+		{"wrapper prints the query", fmt.Errorf("query token=secret: %w", ue)},
+		{"nested", &url.Error{Op: "Post", URL: "http://h.test/outer?k=v2", Err: ue}},
+		{"joined", errors.Join(ue, fmt.Errorf("retry of %s: %w", raw, ue))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := (&Error{Attempts: 1, Decision: StopCanceled, Err: tc.err}).Error()
+			for _, secret := range []string{"pw", "token=secret", "frag", "k=v2"} {
+				if strings.Contains(got, secret) {
+					t.Errorf("got %q; want no %q in it", got, secret)
+				}
+			}
+		})
+	}
+}
