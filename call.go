@@ -33,6 +33,7 @@ type call struct {
 
 	safe      bool // may be sent twice: idempotent, or keyed
 	hedged    bool // its attempts are hedged
+	strayOK   bool // a context.Canceled may be a stray one: the last attempt's was not
 	observing bool // a hook, a Logger or a Report reads the attempts
 
 	out       *http.Request // what the next attempt sends
@@ -160,8 +161,10 @@ func (c *call) acquire() error {
 func (c *call) send() {
 	o, p := &c.o, &c.t.Policy // o's response and release were handed on or discarded
 	o.retrying = Success
+	c.strayOK = true
 	if c.n > 0 {
 		o.retrying = o.class // the last attempt's, which this one retries
+		c.strayOK = !(o.err != nil && errors.Is(o.err, context.Canceled))
 	}
 	o.number, o.sent = c.n+1, c.out
 	if c.observing {
@@ -213,7 +216,7 @@ func (c *call) sendOne() {
 	case c.permit.l != nil:
 		used := c.take()
 		o.resp, o.err = roundTripOnce(c.t.base(), o.sent)
-		o.class = p.classifyAttempt(c.ctx, o.resp, o.err)
+		o.class = p.classifyAttempt(c.ctx, c.strayOK, o.resp, o.err)
 		used.answered(p, o.resp, o.err, o.class)
 	default:
 		o.resp, o.err = c.t.base().RoundTrip(o.sent)
@@ -223,7 +226,7 @@ func (c *call) sendOne() {
 		if p.Classify == nil && o.err == nil {
 			o.class = statusClass(o.resp.StatusCode) // DefaultClassify's, without the calls
 		} else {
-			o.class = p.classifyAttempt(c.ctx, o.resp, o.err)
+			o.class = p.classifyAttempt(c.ctx, c.strayOK, o.resp, o.err)
 		}
 	}
 }
@@ -252,7 +255,7 @@ func (c *call) sendTimed() {
 	timeout := c.attemptTimeout()
 	o.timer = time.AfterFunc(timeout, release)
 	o.resp, o.err = roundTripOnce(c.t.base(), o.sent.WithContext(actx))
-	o.class = p.classifyAttempt(o.sent.Context(), o.resp, o.err)
+	o.class = p.classifyAttempt(o.sent.Context(), c.strayOK, o.resp, o.err)
 	fired := !o.timer.Stop()
 	o.timer = nil
 	switch {

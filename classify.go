@@ -83,9 +83,11 @@ var ErrAttemptTimeout = errors.New("retryhttp: attempt timed out")
 // the request's own context has ended: that is the caller's cancellation or
 // deadline, not the attempt's. While the request's context is alive, the
 // Transport takes a Permanent context.Canceled from any classifier as
-// Transient: that cancellation was not the caller's (net/http can hand one
-// request's cancellation to the next request on its connection, and hedging
-// cancels the losing copies in flight).
+// Transient, unless the attempt before it also ended canceled: that
+// cancellation was not the caller's (net/http can hand one request's
+// cancellation to the next request on its connection, and hedging cancels
+// the losing copies in flight), and one that comes back on the retry is a
+// base that cancels for good, not retried again at the budget's expense.
 //
 // To retry more, wrap it:
 //

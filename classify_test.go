@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -338,4 +339,97 @@ func TestStrayCancelIsRetried(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A base that fails with context.Canceled for good, while the request's own
+// context is alive (a token source whose context ended, say: "oauth2:
+// cannot fetch token: ... context canceled"), is now retried to
+// MaxAttempts on every request, and each retry is paid from the shared
+// budget: a handful of requests drain it for everyone.
+func TestCanceledForGoodIsRetriedOnce(t *testing.T) {
+	var calls atomic.Int32
+	base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		calls.Add(1)
+		return nil, &url.Error{Op: "Post", URL: "https://oauth.example/token",
+			Err: fmt.Errorf("oauth2: cannot fetch token: %w", context.Canceled)}
+	})
+	b := NewBudget(DefaultBudgetTokens)
+	tr := &Transport{Base: base, Budget: b, Policy: Policy{BaseDelay: time.Microsecond, MaxDelay: time.Microsecond}}
+	const requests = 20
+	for range requests {
+		req, _ := http.NewRequest("GET", "http://example.test/", nil)
+		if _, err := tr.RoundTrip(req); err == nil {
+			t.Fatal("got no error")
+		}
+	}
+	// A stray cancellation is retried; one that comes back on the retry is
+	// not stray: at most one retry per request.
+	if got := int(calls.Load()); got > 2*requests {
+		t.Errorf("got %d attempts for %d requests; want at most %d: a cancellation that comes back every time is not a stray one", got, requests, 2*requests)
+	}
+	if got, want := b.Available(), DefaultBudgetTokens-requests*RetryCost; got < want {
+		t.Errorf("got %d tokens left; want at least %d: the budget paid for retries of a base that cancels for good", got, want)
+	}
+}
+
+// Held: the stray-cancel retry leaves an unkeyed write alone, an
+// AttemptTimeout still reads as one, an Override's NoRetries holds, and a
+// caller's cancel is never retried.
+func TestStrayCancelLimits(t *testing.T) {
+	strayThenOK := func(calls *atomic.Int32) http.RoundTripper {
+		return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			if calls.Add(1) == 1 {
+				return nil, fmt.Errorf("read: %w", context.Canceled)
+			}
+			return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
+		})
+	}
+	t.Run("unkeyed POST", func(t *testing.T) {
+		var calls atomic.Int32
+		tr := &Transport{Base: strayThenOK(&calls), Policy: Policy{BaseDelay: time.Millisecond, NoIdempotencyKeys: true}}
+		req, _ := http.NewRequest("POST", "http://example.test/", strings.NewReader("x"))
+		_, err := tr.RoundTrip(req)
+		var e *Error
+		if !errors.As(err, &e) || calls.Load() != 1 || e.Decision != StopNotIdempotent {
+			t.Errorf("got %v after %d attempts; want StopNotIdempotent after 1", err, calls.Load())
+		}
+	})
+	t.Run("override NoRetries", func(t *testing.T) {
+		var calls atomic.Int32
+		tr := &Transport{Base: strayThenOK(&calls), Policy: Policy{BaseDelay: time.Millisecond}}
+		req, _ := http.NewRequestWithContext(WithOverride(context.Background(), Override{NoRetries: true}), "GET", "http://example.test/", nil)
+		if _, err := tr.RoundTrip(req); err == nil || calls.Load() != 1 {
+			t.Errorf("got %v after %d attempts; want an error after 1", err, calls.Load())
+		}
+	})
+	t.Run("caller cancels", func(t *testing.T) {
+		var calls atomic.Int32
+		ctx, cancel := context.WithCancel(context.Background())
+		base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			calls.Add(1)
+			cancel()
+			return nil, r.Context().Err()
+		})
+		tr := &Transport{Base: base, Policy: Policy{BaseDelay: time.Millisecond, AttemptTimeout: time.Second}}
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://example.test/", nil)
+		_, err := tr.RoundTrip(req)
+		var e *Error
+		if !errors.As(err, &e) || calls.Load() != 1 || e.Decision != StopCanceled {
+			t.Errorf("got %v after %d attempts; want StopCanceled after 1", err, calls.Load())
+		}
+	})
+	t.Run("attempt timeout", func(t *testing.T) {
+		tr := &Transport{Base: rht.NewTransport(rht.Hang(), rht.Status(200)),
+			Policy: Policy{BaseDelay: time.Millisecond, AttemptTimeout: 20 * time.Millisecond}}
+		var rep Report
+		req, _ := http.NewRequestWithContext(WithReport(context.Background(), &rep), "GET", "http://example.test/", nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if len(rep.Attempts) != 2 || !errors.Is(rep.Attempts[0].Err, ErrAttemptTimeout) {
+			t.Errorf("got %v; want an ErrAttemptTimeout then a 200", rep.Attempts)
+		}
+	})
 }

@@ -264,7 +264,7 @@ func (c *call) sendHedged(delay time.Duration) {
 			inflight--
 			o.resp, o.err = a.resp, a.err
 			o.release = r.copies[a.i].cancel // only the call appends
-			o.class = p.classifyAttempt(o.sent.Context(), a.resp, a.err)
+			o.class = p.classifyAttempt(o.sent.Context(), c.strayOK, a.resp, a.err)
 			r.copies[a.i].permit.answered(p, a.resp, a.err, o.class)
 			if !o.class.retryable() {
 				winner = a.i

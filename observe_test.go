@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -286,6 +287,122 @@ func TestErrorTextNeverShowsAURLSecret(t *testing.T) {
 					t.Errorf("got %q; want no %q in it", got, secret)
 				}
 			}
+		})
+	}
+}
+
+// quotedErr wraps an error and renders it quoted, as a JSON or log encoder
+// that escapes its cause would.
+type quotedErr struct{ err error }
+
+func (e quotedErr) Error() string { return "upstream: " + strconv.Quote(e.err.Error()) }
+func (e quotedErr) Unwrap() error { return e.err }
+
+// errString must never show more of a URL's secrets than it did before it
+// kept the text around a *url.Error: before, any chain with a *url.Error in
+// it came out as that url.Error's redacted text alone.
+func TestErrorTextNeverShowsAURLSecretInOtherShapes(t *testing.T) {
+	ue := func(u string) *url.Error {
+		return &url.Error{Op: "Get", URL: u, Err: errors.New("connection refused")}
+	}
+	const secret = "SECRET"
+	tests := []struct {
+		name string
+		err  error
+	}{
+		// The same url.Error's text twice in the message, once in the chain:
+		// only the first occurrence is replaced.
+		{"text twice, wrapped once", func() error {
+			e := ue("http://h/p?token=" + secret)
+			return fmt.Errorf("%v (cause: %w)", e, e)
+		}()},
+		// The wrapper names the URL itself, as "fetch %s: %w" does.
+		{"URL outside the url.Error", func() error {
+			e := ue("http://u:" + secret + "@h/p")
+			return fmt.Errorf("fetch %s: %w", e.URL, e)
+		}()},
+		// Two url.Errors with one redacted text: the second is rendered
+		// quoted (its raw text is not found), and the first one's
+		// replacement makes its redacted form look present.
+		{"second rendered otherwise, same redacted text", errors.Join(
+			ue("http://h/p?token=a"),
+			quotedErr{ue("http://h/p?token=" + secret)})},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := &Error{Attempts: 1, Decision: Done, Err: tc.err}
+			if got := e.Error(); strings.Contains(got, secret) {
+				t.Errorf("Error() = %q; want no %q in it", got, secret)
+			}
+			a := Attempt{Number: 1, Err: tc.err, Class: Permanent, Decision: Done}
+			if got := a.String(); strings.Contains(got, secret) {
+				t.Errorf("Attempt.String() = %q; want no %q in it", got, secret)
+			}
+		})
+	}
+}
+
+// Held: Attempt.Retrying and Number stay consistent under hedging,
+// AttemptTimeout, Override.MaxAttempts and PerHost: the first attempt
+// retries nothing, every later one retries the class of the one before,
+// and numbers follow the hedges.
+func TestRetryingConsistent(t *testing.T) {
+	tests := []struct {
+		name  string
+		tr    func() *Transport
+		ctx   func(context.Context) context.Context
+		steps []rht.Step
+	}{
+		{"hedged", func() *Transport {
+			return &Transport{Policy: Policy{BaseDelay: time.Millisecond, MaxAttempts: 6, HedgeDelay: 5 * time.Millisecond, HedgeRatio: 1}}
+		}, nil, []rht.Step{rht.Status(503).WithDelay(20 * time.Millisecond), rht.Status(503), rht.Status(429), rht.Status(200)}},
+		{"attempt timeout", func() *Transport {
+			return &Transport{Policy: Policy{BaseDelay: time.Millisecond, AttemptTimeout: 10 * time.Millisecond}}
+		}, nil, []rht.Step{rht.Hang(), rht.Status(429), rht.Status(200)}},
+		{"override max attempts", func() *Transport {
+			return &Transport{Policy: Policy{BaseDelay: time.Millisecond, ThrottleBaseDelay: time.Millisecond, MaxAttempts: 2}}
+		}, func(ctx context.Context) context.Context { return WithOverride(ctx, Override{MaxAttempts: 5}) },
+			[]rht.Step{rht.Status(503), rht.Status(429), rht.Status(502), rht.Status(200)}},
+		{"per host", func() *Transport {
+			return &Transport{PerHost: &PerHost{}, Policy: Policy{BaseDelay: time.Millisecond, ThrottleBaseDelay: time.Millisecond}}
+		}, nil, []rht.Step{rht.Status(429), rht.Status(503), rht.Status(200)}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { // the waits take no real time
+				tr := tc.tr()
+				tr.Base = rht.NewTransport(tc.steps...)
+				var hooked []Attempt
+				tr.OnAttempt = func(a Attempt) { hooked = append(hooked, a) }
+				var rep Report
+				ctx := WithReport(context.Background(), &rep)
+				if tc.ctx != nil {
+					ctx = tc.ctx(ctx)
+				}
+				req, _ := http.NewRequestWithContext(ctx, "GET", "http://example.test/", nil)
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if len(hooked) != len(rep.Attempts) {
+					t.Fatalf("hook saw %d attempts, Report %d", len(hooked), len(rep.Attempts))
+				}
+				next := 1
+				for i, a := range hooked {
+					if a.Number != next {
+						t.Errorf("attempt %d: Number %d; want %d", i, a.Number, next)
+					}
+					next = a.Number + a.Hedges + 1
+					want := Success
+					if i > 0 {
+						want = hooked[i-1].Class
+					}
+					if a.Retrying != want || rep.Attempts[i].Retrying != want {
+						t.Errorf("attempt %d: Retrying %v (Report %v); want %v", i, a.Retrying, rep.Attempts[i].Retrying, want)
+					}
+				}
+			})
 		})
 	}
 }

@@ -193,9 +193,13 @@ func (p *Policy) classify(resp *http.Response, err error) Class {
 // losing copies in flight all the time. Such an attempt failed with its
 // connection: Transient, not the Permanent of a caller's cancellation. It
 // is not a failure before sending, so an unkeyed write is not retried.
-func (p *Policy) classifyAttempt(ctx context.Context, resp *http.Response, err error) Class {
+//
+// A cancellation that follows one is not stray (strayOK false): a base
+// that fails with context.Canceled every time (a token source whose context
+// ended, say) is not retried again and again, at the budget's expense.
+func (p *Policy) classifyAttempt(ctx context.Context, strayOK bool, resp *http.Response, err error) Class {
 	class := p.classify(resp, err)
-	if class == Permanent && err != nil && ctx.Err() == nil && errors.Is(err, context.Canceled) {
+	if strayOK && class == Permanent && err != nil && ctx.Err() == nil && errors.Is(err, context.Canceled) {
 		return Transient
 	}
 	return class

@@ -345,9 +345,13 @@ func (b *Budget) Withdraw(c retryhttp.Class) (retryhttp.Tokens, bool) {
 }
 
 // WithdrawContext is Withdraw for a request whose context may end first:
-// it refuses, holding nothing, when ctx ends while it waits for Redis. The
+// it refuses, holding nothing, when ctx has ended or ends while it waits for
+// Redis, and passes ctx on to a Fallback that is a ContextBudget too. The
 // Transport calls it with the request's context.
 func (b *Budget) WithdrawContext(ctx context.Context, c retryhttp.Class) (retryhttp.Tokens, bool) {
+	if ctx.Err() != nil { // the request is gone: nothing to pay for, no call to make
+		return retryhttp.Tokens{}, false
+	}
 	cost := c.Cost()
 	if b.takeLease(cost) {
 		return b.paid(cost)
@@ -360,20 +364,23 @@ func (b *Budget) WithdrawContext(ctx context.Context, c retryhttp.Class) (retryh
 		}
 	}()
 	for round := 0; ; round++ {
+		if round > 0 && ctx.Err() != nil {
+			return retryhttp.Tokens{}, false
+		}
 		now := b.now()
 		if round == 0 {
 			deadline = now + int64(b.opts.Timeout)
 		}
 		switch {
 		case b.down.Load() && now < b.downUntil.Load():
-			return b.fromFallback(c)
+			return b.fromFallback(ctx, c)
 		case b.seen.Load() < cost && now < b.next.Load():
 			b.stats.refused.Add(1) // the bucket was too low a moment ago
 			return retryhttp.Tokens{}, false
 		case now >= deadline:
 			// Calls answered, but others took their tokens first: this one
 			// has waited its Timeout.
-			return b.fromFallback(c)
+			return b.fromFallback(ctx, c)
 		}
 		b.mu.Lock()
 		if b.takeLease(cost) { // a call answered meanwhile
@@ -418,7 +425,7 @@ func (b *Budget) WithdrawContext(ctx context.Context, c retryhttp.Class) (retryh
 				b.mu.Lock()
 				b.waiting -= cost
 				b.mu.Unlock()
-				return b.fromFallback(c)
+				return b.fromFallback(ctx, c)
 			}
 		}
 		b.mu.Lock()
@@ -573,8 +580,14 @@ func (b *Budget) paid(cost int64) (retryhttp.Tokens, bool) {
 }
 
 // fromFallback is a payment from the fallback, whose Tokens name it.
-func (b *Budget) fromFallback(c retryhttp.Class) (retryhttp.Tokens, bool) {
-	t, ok := b.fallback.Withdraw(c)
+func (b *Budget) fromFallback(ctx context.Context, c retryhttp.Class) (retryhttp.Tokens, bool) {
+	var t retryhttp.Tokens
+	var ok bool
+	if cb, isCB := b.fallback.(retryhttp.ContextBudget); isCB {
+		t, ok = cb.WithdrawContext(ctx, c) // a fallback that waits ends with the request too
+	} else {
+		t, ok = b.fallback.Withdraw(c)
+	}
 	if ok {
 		b.stats.fallbackPaid.Add(1)
 	}

@@ -2,6 +2,7 @@ package redisbudget
 
 import (
 	"context"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -355,5 +356,156 @@ func TestPanickingOnFallbackIsRecovered(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Errorf("a panicking OnFallback crashed the process (%v), though the caller recovered around Withdraw; want the panic recovered (and logged) or reported to the caller:\n%.300s", err, out)
+	}
+}
+
+// While Redis is down, the fallback pays, through Withdraw, which takes no
+// context: a Fallback that is itself a ContextBudget (a second fleet
+// budget, in another region say) holds the request up to its own Timeout,
+// past the request's deadline, which WithdrawContext promises not to do.
+func TestFallbackWithdrawalEndsWithTheContext(t *testing.T) {
+	primary, secondary := startRedis(t), startRedis(t)
+	fb := newBudget(t, secondary.client(), "fleet", func(o *Options) { o.Timeout = time.Second })
+	<-fb.warmed
+	b := newBudget(t, primary.client(), "fleet", func(o *Options) { o.Timeout = time.Second; o.Fallback = fb })
+	<-b.warmed
+	primary.stop() // the budget falls back
+	if tk, ok := b.Withdraw(retryhttp.Transient); ok {
+		tk.Payer.Refund(tk, false)
+	}
+	if down, _ := b.Fallback(); !down {
+		t.Fatal("the budget did not fall back")
+	}
+	for fb.lease.Load() >= retryhttp.RetryCost { // the fallback's lease is spent
+		fb.takeLease(retryhttp.RetryCost)
+	}
+	secondary.pause() // the fallback's store stalls
+	defer secondary.resume()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	tk, ok := b.WithdrawContext(ctx, retryhttp.Transient)
+	took := time.Since(start)
+	if ok {
+		tk.Payer.Refund(tk, false)
+	}
+	t.Logf("took %v ok %v payer %T primary %+v fb %+v", took, ok, tk.Payer, b.Stats(), fb.Stats())
+	if took > 400*time.Millisecond {
+		t.Errorf("WithdrawContext took %v (ok %v); want it to end with its context (100ms), not wait the fallback's 1s Timeout",
+			took.Round(time.Millisecond), ok)
+	}
+}
+
+// "When ctx ends before the budget decides, it refuses and holds nothing":
+// a context that has already ended is paid from the lease, and an empty
+// lease sends a call to Redis for a request that is gone.
+func TestDoneContextRefuses(t *testing.T) {
+	s := startRedis(t)
+	b := newBudget(t, s.client(), "fleet")
+	tk, ok := b.Withdraw(retryhttp.Transient) // fills the lease (28), pays 14
+	if !ok {
+		t.Fatal("first withdrawal refused")
+	}
+	tk.Payer.Refund(tk, false)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if tk, ok := b.WithdrawContext(ctx, retryhttp.Transient); ok {
+		tk.Payer.Refund(tk, false)
+		t.Errorf("lease: got ok with a context already done; want a refusal")
+	}
+	for b.lease.Load() >= retryhttp.RetryCost { // empty the lease
+		b.takeLease(retryhttp.RetryCost)
+	}
+	calls := b.Stats().Calls
+	if _, ok := b.WithdrawContext(ctx, retryhttp.Transient); ok {
+		t.Errorf("empty lease: got ok with a context already done; want a refusal")
+	}
+	if got := b.Stats().Calls; got != calls {
+		t.Errorf("got %d calls to Redis for a withdrawal whose context had ended; want none", got-calls)
+	}
+}
+
+// Held: many withdrawals canceled at random while calls to a slow Redis are
+// out lose no tokens and leave no waiting count behind: once every call
+// has landed, the lease holds everything taken from the bucket (each
+// payment is refunded), and waiting is zero.
+func TestCanceledWithdrawalsConserveTokens(t *testing.T) {
+	s := startRedis(t)
+	p := startLatencyProxy(t, s.addr(), 20*time.Millisecond)
+	rdb := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1, ReadTimeout: 2 * time.Second, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	b := newBudget(t, rdb, "fleet", func(o *Options) { o.Timeout = 300 * time.Millisecond; o.Capacity = 1 << 20; o.Lease = 14 })
+	<-b.warmed
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Go(func() {
+			for i := range 20 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rand.IntN(30))*time.Millisecond)
+				c := retryhttp.Transient
+				if (g+i)%3 == 0 {
+					c = retryhttp.Throttling
+				}
+				tk, ok := b.WithdrawContext(ctx, c)
+				cancel()
+				if ok && tk.Payer != nil {
+					tk.Payer.Refund(tk, false)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for b.out.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	st := b.Stats()
+	if st.FallbackPayments > 0 || st.Failures > 0 {
+		t.Skipf("the budget fell back (%+v): the check needs every call answered", st)
+	}
+	b.mu.Lock()
+	waiting := b.waiting
+	b.mu.Unlock()
+	if got := b.lease.Load(); got != st.Taken || waiting != 0 {
+		t.Errorf("got lease %d, waiting %d; want lease %d (taken), waiting 0", got, waiting, st.Taken)
+	}
+}
+
+// Held: with PerHost, a fleet budget per destination still ends a stalled
+// withdrawal with the request's context.
+func TestPerHostWithdrawEndsWithTheRequest(t *testing.T) {
+	s := startRedis(t)
+	rdb := s.client()
+	var mu sync.Mutex
+	var budgets []*Budget
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	tr := &retryhttp.Transport{
+		PerHost: &retryhttp.PerHost{Budget: func(dest string) retryhttp.RetryBudget {
+			b := newBudget(t, rdb, "rb:"+dest, func(o *Options) { o.Timeout = time.Second; o.Lease = 14 })
+			mu.Lock()
+			budgets = append(budgets, b)
+			mu.Unlock()
+			return b
+		}},
+		Policy: retryhttp.Policy{BaseDelay: time.Millisecond, MaxDelay: time.Millisecond, MaxAttempts: 10, Timeout: 200 * time.Millisecond},
+	}
+	defer tr.CloseIdleConnections()
+	// The first request makes the budget and spends its lease.
+	req, _ := http.NewRequest("GET", srv.URL, nil)
+	if resp, err := tr.RoundTrip(req); err == nil {
+		resp.Body.Close()
+	}
+	s.pause()
+	defer s.resume()
+	start := time.Now()
+	req, _ = http.NewRequest("GET", srv.URL, nil)
+	resp, err := tr.RoundTrip(req)
+	if err == nil {
+		resp.Body.Close()
+	}
+	if took := time.Since(start); took > 450*time.Millisecond {
+		t.Errorf("RoundTrip took %v; want it to end with its 200ms Policy.Timeout", took)
 	}
 }
