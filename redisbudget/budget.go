@@ -4,9 +4,9 @@
 // retries as one host would, not 10,000 times as many.
 //
 // The bucket follows the AWS SDKs' retry quota (retryhttp.Budget): a retry
-// costs 14 tokens (5 after throttling), a first-try
-// success adds 1, a successful retry gives its cost back. What changes is
-// where the tokens live and how often a process talks to Redis:
+// costs 14 tokens (5 after throttling), a first-try success adds 1, a
+// successful retry gives its cost back. What changes is where the tokens
+// live and how often a process talks to Redis:
 //
 //   - The success path never waits for Redis: a first-try success is counted
 //     locally, and the count travels with the process's next call to Redis,
@@ -259,6 +259,8 @@ func (b *Budget) warm() {
 // maxExact is the largest Capacity the script counts exactly: 2^53.
 const maxExact = 1 << 53
 
+// isNilPointer reports whether b is a nil pointer in a non-nil interface,
+// such as a *retryhttp.Budget never set.
 func isNilPointer(b retryhttp.RetryBudget) bool {
 	v := reflect.ValueOf(b)
 	return v.Kind() == reflect.Pointer && v.IsNil()
@@ -403,9 +405,7 @@ func (b *Budget) WithdrawContext(ctx context.Context, c retryhttp.Class) (retryh
 			select {
 			case <-f.done: // it ends in time: its own timer sees to that
 			case <-ctx.Done():
-				b.mu.Lock()
-				b.waiting -= cost
-				b.mu.Unlock()
+				b.unwait(cost)
 				return retryhttp.Tokens{}, false
 			}
 		} else {
@@ -415,22 +415,16 @@ func (b *Budget) WithdrawContext(ctx context.Context, c retryhttp.Class) (retryh
 			select {
 			case <-f.done:
 			case <-ctx.Done():
-				b.mu.Lock()
-				b.waiting -= cost
-				b.mu.Unlock()
+				b.unwait(cost)
 				return retryhttp.Tokens{}, false
 			case <-timer.C:
 				// A call that started after this withdrawal is still out:
 				// the fallback pays for this one.
-				b.mu.Lock()
-				b.waiting -= cost
-				b.mu.Unlock()
+				b.unwait(cost)
 				return b.fromFallback(ctx, c)
 			}
 		}
-		b.mu.Lock()
-		b.waiting -= cost
-		b.mu.Unlock()
+		b.unwait(cost)
 		if b.takeLease(cost) {
 			return b.paid(cost)
 		}
@@ -577,6 +571,14 @@ var errNotSent = fmt.Errorf("%w: still connecting", ErrTimeout)
 // paid is a payment from the lease.
 func (b *Budget) paid(cost int64) (retryhttp.Tokens, bool) {
 	return retryhttp.Tokens{Cost: cost, Payer: (*lease)(b)}, true
+}
+
+// unwait takes a withdrawal of cost out of the tokens wanted by those
+// waiting for a call.
+func (b *Budget) unwait(cost int64) {
+	b.mu.Lock()
+	b.waiting -= cost
+	b.mu.Unlock()
 }
 
 // fromFallback is a payment from the fallback, whose Tokens name it.
