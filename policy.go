@@ -123,10 +123,11 @@ type Policy struct {
 	// too, is the shortest delay. Zero means the fixed HedgeDelay.
 	HedgeQuantile float64
 
-	// HedgeRatio is the most hedged copies, as a share of the requests that
-	// may be hedged: every such request adds the share, every hedge takes
-	// one whole, starting from none, so that a dependency slow for everyone
-	// gets no more than this share in extra copies. Hedges are not paid
+	// HedgeRatio is the most hedged copies that lose, as a share of the
+	// requests that may be hedged: every such request adds the share, every
+	// hedge takes one whole, starting from none, and a hedge that wins gives
+	// its whole back, so that a dependency slow for everyone gets no more
+	// than this share in extra copies. Hedges are not paid
 	// from the Budget. Zero, a negative value, NaN or +Inf means
 	// DefaultHedgeRatio, 5%; a share above 10 means 10 (a hedge quota holds
 	// at most 10 hedges), and one below 1e-12 means 1e-12.

@@ -177,6 +177,10 @@ type HedgeResult struct {
 	RequestsPerRequest float64 `json:"requests_per_request"`
 	FirstSecond        float64 `json:"first_second"`
 	ServerPerRequest   float64 `json:"server_per_request"`
+	// Failed counts the requests that got no 200 with its whole body (an
+	// error, a status, or a body cut short). Their latencies are in the
+	// percentiles all the same: the time until the caller had its answer.
+	Failed int `json:"failed"`
 }
 
 // Key is the result's workload and protocol, as "tail-1%/h2c".
@@ -261,6 +265,7 @@ func runHedgeOnce(w HedgeWorkload, proto string, peer HedgePeer, delay time.Dura
 	type sample struct {
 		latency time.Duration
 		early   bool // made in the first second
+		failed  bool
 	}
 	samples := make([]sample, n)
 	var next atomic.Int64
@@ -280,11 +285,13 @@ func runHedgeOnce(w HedgeWorkload, proto string, peer HedgePeer, delay time.Dura
 				req.Header.Set("X-Request-Index", strconv.FormatInt(i, 10))
 				t0 := time.Now()
 				resp, err := rt.RoundTrip(req)
+				failed := err != nil
 				if err == nil {
-					io.Copy(io.Discard, resp.Body)
+					_, err = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
+					failed = err != nil || resp.StatusCode != http.StatusOK
 				}
-				samples[i] = sample{time.Since(t0), t0.Sub(start) < time.Second}
+				samples[i] = sample{time.Since(t0), t0.Sub(start) < time.Second, failed}
 			}
 		})
 	}
@@ -292,12 +299,15 @@ func runHedgeOnce(w HedgeWorkload, proto string, peer HedgePeer, delay time.Dura
 	made := min(int(next.Load()), n)
 	samples = samples[:made]
 	srv.Close() // waits for the canceled copies' handlers
-	var sent, early, earlySent int
+	var sent, early, earlySent, failed int
 	lat := make([]time.Duration, made)
 	for i, s := range samples {
 		c := int(counted.copies[i].Load())
 		sent += c
 		lat[i] = s.latency
+		if s.failed {
+			failed++
+		}
 		if s.early {
 			early++
 			earlySent += c
@@ -310,7 +320,8 @@ func runHedgeOnce(w HedgeWorkload, proto string, peer HedgePeer, delay time.Dura
 	r := HedgeResult{Workload: w.Name, Proto: proto, Peer: peer.Name, Seed: seed, DelayMs: round3(float64(delay) / float64(time.Millisecond)),
 		Requests: made, P50Ms: q(0.50), P95Ms: q(0.95), P99Ms: q(0.99), P999Ms: q(0.999),
 		RequestsPerRequest: round3(float64(sent) / float64(made)),
-		ServerPerRequest:   round3(float64(srv.received.Load()) / float64(made))}
+		ServerPerRequest:   round3(float64(srv.received.Load()) / float64(made)),
+		Failed:             failed}
 	if early > 0 {
 		r.FirstSecond = round3(float64(earlySent) / float64(early))
 	}

@@ -1,9 +1,11 @@
 package bench
 
 import (
+	"errors"
 	"math/rand/v2"
 	"net/http"
 	"reflect"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -68,6 +70,35 @@ func TestHedgeMatrixHarness(t *testing.T) {
 		}
 	}
 }
+
+// A request that fails is counted in Failed, not dropped: an error, a status
+// other than 200, or a body cut short.
+func TestHedgeMatrixCountsFailures(t *testing.T) {
+	w := HedgeWorkload{Name: "fast", Latency: Latency{Kind: "constant", Slow: time.Millisecond}, Workers: 2, Requests: 9}
+	var n atomic.Int32
+	peer := HedgePeer{Name: "flaky", New: func(base http.RoundTripper, _ time.Duration) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			switch n.Add(1) % 3 {
+			case 1:
+				return nil, errors.New("refused")
+			case 2:
+				resp, err := base.RoundTrip(req)
+				if err == nil {
+					resp.StatusCode = http.StatusServiceUnavailable
+				}
+				return resp, err
+			}
+			return base.RoundTrip(req)
+		})
+	}}
+	if r := runHedgeOnce(w, "http1", peer, time.Millisecond, 1); r.Requests != 9 || r.Failed != 6 {
+		t.Errorf("got %d requests, %d failed; want 9, 6", r.Requests, r.Failed)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func httptestGet(t *testing.T, url string) *http.Request {
 	t.Helper()

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/herdproof/retryhttp/bench"
@@ -68,10 +69,19 @@ func main() {
 		peers = p
 	}
 	start := time.Now()
+	failed := 0
 	results := bench.RunHedgeMatrix(workloads, peers, *seeds, func(r bench.HedgeResult) {
-		fmt.Fprintf(os.Stderr, "%6v seed %d %-18s %-20s p99.9 %7.1f ms, %.3f copies a request\n",
-			time.Since(start).Round(time.Second), r.Seed, r.Key(), r.Peer, r.P999Ms, r.RequestsPerRequest)
+		fmt.Fprintf(os.Stderr, "%6v seed %d %-18s %-20s p99.9 %7.1f ms, %.3f copies a request, %d failed\n",
+			time.Since(start).Round(time.Second), r.Seed, r.Key(), r.Peer, r.P999Ms, r.RequestsPerRequest, r.Failed)
+		if r.Peer == bench.HedgePeerRetryHTTP || strings.HasPrefix(r.Peer, bench.HedgePeerRetryHTTP+"-") {
+			failed += r.Failed
+		}
 	})
+	if failed > 0 {
+		// Every request's context is alive to its end: none should fail.
+		fmt.Fprintf(os.Stderr, "retryhttp: %d requests failed\n", failed)
+		defer os.Exit(1)
+	}
 	report := bench.NewHedgeReport(workloads, results, *seeds, []string{bench.HedgePeerRetryHTTP}, bench.IssueHedgeGoals())
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
