@@ -88,6 +88,8 @@ var ErrAttemptTimeout = errors.New("retryhttp: attempt timed out")
 // cancellation to the next request on its connection, and hedging cancels
 // the losing copies in flight), and one that comes back on the retry is a
 // base that cancels for good, not retried again at the budget's expense.
+// A cancellation caused by the end of a hedged race, which the Transport
+// marks as its own, is Transient however often it comes.
 //
 // To retry more, wrap it:
 //

@@ -433,3 +433,26 @@ func TestStrayCancelLimits(t *testing.T) {
 		}
 	})
 }
+
+// A cancellation whose cause is a hedged copy's end (this package's own) is
+// stray however often it comes: under load it may strike an attempt and its
+// retry.
+func TestCopyCanceledIsAlwaysStray(t *testing.T) {
+	var calls atomic.Int32
+	base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		if calls.Add(1) <= 2 {
+			return nil, fmt.Errorf("read: %w", errCopyCanceled) // another request's race ended
+		}
+		return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
+	})
+	tr := &Transport{Base: base, Policy: Policy{BaseDelay: time.Microsecond}}
+	req, _ := http.NewRequest("GET", "http://example.test/", nil)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("got %v after %d attempts; want 200 after 3", err, calls.Load())
+	}
+	resp.Body.Close()
+	if calls.Load() != 3 {
+		t.Errorf("got %d attempts; want 3", calls.Load())
+	}
+}

@@ -2,6 +2,7 @@ package retryhttp
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net/http"
 	"sync"
@@ -104,6 +105,13 @@ type race struct {
 	answered bool            // the first copy's answer came in the race; under mu
 }
 
+// errCopyCanceled is the cause a copy is canceled with once its race is over
+// (or, for the winner, once its body is read). net/http hands a request's
+// cause to the next request on its connection when the cancellation comes
+// as a bodyless response is delivered (see Policy.classifyAttempt): another
+// request that gets this error was not canceled by its caller.
+var errCopyCanceled = fmt.Errorf("retryhttp: a hedged copy's race is over: %w", context.Canceled)
+
 // A hedgeCopy is what one copy holds: its context's cancel, its send permit,
 // the hedge share it took (until it is sent), and its own Report.
 type hedgeCopy struct {
@@ -124,11 +132,12 @@ type copyAnswer struct {
 // that comes once the race is over is discarded by the copy itself; a 429
 // in it still reaches the limiter.
 func (r *race) launch(base http.RoundTripper, req *http.Request, hc hedgeCopy) {
-	ctx, cancel := context.WithCancel(req.Context())
+	ctx, cancel := context.WithCancelCause(req.Context())
 	if hc.report != nil {
 		ctx = WithReport(ctx, hc.report)
 	}
-	hc.cancel, hc.quota = cancel, nil // sent: its share is spent
+	// sent: its share is spent
+	hc.cancel, hc.quota = func() { cancel(errCopyCanceled) }, nil
 	r.mu.Lock()
 	i := len(r.copies)
 	r.copies = append(r.copies, hc)

@@ -197,10 +197,13 @@ func (p *Policy) classify(resp *http.Response, err error) Class {
 //
 // A cancellation that follows one is not stray (strayOK false): a base
 // that fails with context.Canceled every time (a token source whose context
-// ended, say) is not retried again and again, at the budget's expense.
+// ended, say) is not retried again and again, at the budget's expense. One
+// whose cause is a hedged copy's end (errCopyCanceled, this package's own)
+// is stray whatever came before it: under load it may strike twice.
 func (p *Policy) classifyAttempt(ctx context.Context, strayOK bool, resp *http.Response, err error) Class {
 	class := p.classify(resp, err)
-	if strayOK && class == Permanent && err != nil && ctx.Err() == nil && errors.Is(err, context.Canceled) {
+	if class == Permanent && err != nil && ctx.Err() == nil && errors.Is(err, context.Canceled) &&
+		(strayOK || errors.Is(err, errCopyCanceled)) {
 		return Transient
 	}
 	return class
