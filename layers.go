@@ -36,12 +36,17 @@ const ExhaustedHeader = "Retries-Exhausted"
 const (
 	finagleNonRetryableNack = "Finagle-Http-Nonretryable-Nack"
 	grpcRetryPushback       = "Grpc-Retry-Pushback-Ms"
+	stripeShouldRetry       = "Stripe-Should-Retry"
 )
 
 // noRetrySignal reports whether h carries a "do not retry" signal: ours,
-// Finagle's non-retryable nack, or a gRPC pushback that refuses retries.
+// Finagle's non-retryable nack, a gRPC pushback that refuses retries, or
+// Stripe's "Stripe-Should-Retry: false" (stripe-go stops on it).
 func noRetrySignal(h http.Header) bool {
 	if len(h[ExhaustedHeader]) > 0 || len(h[finagleNonRetryableNack]) > 0 {
+		return true
+	}
+	if vs := h[stripeShouldRetry]; len(vs) > 0 && strings.EqualFold(strings.TrimSpace(vs[0]), "false") {
 		return true
 	}
 	if vs := h[grpcRetryPushback]; len(vs) > 0 {

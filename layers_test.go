@@ -98,6 +98,8 @@ func TestSignalStopsRetries(t *testing.T) {
 		{"gRPC pushback -1", rht.Status(503).WithHeader("grpc-retry-pushback-ms", "-1"), 1, StopDownstream},
 		{"gRPC pushback malformed", rht.Status(503).WithHeader("grpc-retry-pushback-ms", "soon"), 1, StopDownstream},
 		{"gRPC pushback 10 ms: retried", rht.Status(503).WithHeader("grpc-retry-pushback-ms", "10"), 3, StopAttempts},
+		{"Stripe-Should-Retry: false", rht.Status(503).WithHeader("Stripe-Should-Retry", "false"), 1, StopDownstream},
+		{"Stripe-Should-Retry: true: retried as any 503", rht.Status(503).WithHeader("Stripe-Should-Retry", "true"), 3, StopAttempts},
 		{"gRPC pushback with two values", rht.Status(503).WithHeader("grpc-retry-pushback-ms", "10").WithHeader("grpc-retry-pushback-ms", "20"), 1, StopDownstream},
 		{"Finagle's retryable nack: retried", rht.Status(503).WithHeader("finagle-http-nack", "true"), 3, StopAttempts},
 		{"Envoy overloaded (it shed load itself): retried", rht.Status(503).WithHeader("x-envoy-overloaded", "true"), 3, StopAttempts},

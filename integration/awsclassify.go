@@ -6,6 +6,8 @@ package integration
 
 import (
 	"bytes"
+	"compress/gzip"
+	"io"
 	"net/http"
 	"strings"
 
@@ -73,10 +75,16 @@ func AWSClassify(next func(*http.Response, error) retryhttp.Class) func(*http.Re
 // <Code> element, or a JSON "__type" ("namespace#Code") or "code" member.
 func awsErrorCode(resp *http.Response) string {
 	if h := resp.Header.Get("X-Amzn-Errortype"); h != "" {
-		code, _, _ := strings.Cut(h, ":")
-		return strings.TrimSpace(code)
+		return sanitizeCode(h)
 	}
 	prefix, _ := retryhttp.PeekBody(resp, peekLimit)
+	if strings.EqualFold(strings.TrimSpace(resp.Header.Get("Content-Encoding")), "gzip") {
+		// The SDK asked for gzip (EnableAcceptEncodingGzip) and decompresses
+		// itself: read the code from the decompressed start of the prefix.
+		if zr, err := gzip.NewReader(bytes.NewReader(prefix)); err == nil {
+			prefix, _ = io.ReadAll(io.LimitReader(zr, peekLimit))
+		}
+	}
 	if v, ok := between(prefix, "<Code>", "</Code>"); ok {
 		return v
 	}
@@ -91,13 +99,21 @@ func awsErrorCode(resp *http.Response) string {
 		}
 		rest = bytes.TrimLeft(rest[1:], " \t\r\n")
 		if v, ok := between(rest, `"`, `"`); ok {
-			if _, after, found := strings.Cut(v, "#"); found {
-				v = after
-			}
-			return v
+			return sanitizeCode(v)
 		}
 	}
 	return ""
+}
+
+// sanitizeCode strips what the AWS protocols may put around an error code,
+// as the SDK does (restjson.SanitizeErrorCode): a URI after ':' and a
+// namespace before '#'.
+func sanitizeCode(v string) string {
+	v, _, _ = strings.Cut(v, ":")
+	if _, after, found := strings.Cut(v, "#"); found {
+		v = after
+	}
+	return strings.TrimSpace(v)
 }
 
 // between returns the text of b between the first open and the next close.

@@ -1,9 +1,12 @@
 package integration
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/aws/aws-sdk-go-v2/aws/protocol/restjson"
 	"io"
 	"maps"
 	"net/http"
@@ -11,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,5 +159,84 @@ func TestReplayableBodiesGiveIndependentReaders(t *testing.T) {
 		if n != 2 {
 			t.Errorf("operation %s: got %d attempts; want 2", id, n)
 		}
+	}
+}
+
+// The error code forms of the Smithy AWS protocols (and their protocol
+// tests: RestJsonFooErrorUsingXAmznErrorTypeWithUriAndNamespace,
+// RestJsonFooErrorWithDunderTypeUriAndNamespace): a namespace before '#',
+// a URI after ':', in the header and in __type. The SDK strips both
+// (restjson.SanitizeErrorCode) before it compares the code with its
+// throttle list; AWSClassify must find the same code.
+func TestAWSClassifyErrorCodeForms(t *testing.T) {
+	const uri = ":http://internal.amazon.com/coral/com.amazon.coral.availability/"
+	for _, tc := range []struct {
+		name, header, body string
+	}{
+		{"header namespace#code", "com.amazonaws.dynamodb.v20120810#ThrottlingException", `{}`},
+		{"header namespace#code:uri", "aws.protocoltests.restjson#ThrottlingException" + uri, `{}`},
+		{"__type namespace#code:uri", "", `{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException` + uri + `"}`},
+		{"__type code:uri", "", `{"__type":"ThrottlingException` + uri + `"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The oracle: the code the SDK itself would compare.
+			raw := tc.header
+			if raw == "" {
+				_, after, _ := strings.Cut(tc.body, `"__type":"`)
+				raw, _, _ = strings.Cut(after, `"`)
+			}
+			if sdk := restjson.SanitizeErrorCode(raw); sdk != "ThrottlingException" {
+				t.Fatalf("the SDK reads code %q; the test expects ThrottlingException", sdk)
+			}
+			resp := &http.Response{StatusCode: 400, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(tc.body))}
+			if tc.header != "" {
+				resp.Header.Set("X-Amzn-ErrorType", tc.header)
+			}
+			if got := AWSClassify(nil)(resp, nil); got != retryhttp.Throttling {
+				t.Errorf("got %v; want %v (the SDK reads ThrottlingException)", got, retryhttp.Throttling)
+			}
+		})
+	}
+}
+
+// A client with EnableAcceptEncodingGzip asks for gzip and the SDK
+// decompresses itself; the Transport's classifier peeks compressed bytes and
+// finds no code, so a ThrottlingException is Permanent and never retried.
+func TestAWSClassifyGzipErrorBody(t *testing.T) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		body := []byte(item)
+		status := 200
+		if calls.Add(1) == 1 {
+			body, status = []byte(throttled), 400
+		}
+		if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			var b bytes.Buffer
+			zw := gzip.NewWriter(&b)
+			zw.Write(body)
+			zw.Close()
+			body = b.Bytes()
+			w.Header().Set("Content-Encoding", "gzip")
+		}
+		w.WriteHeader(status)
+		w.Write(body)
+	}))
+	defer srv.Close()
+	var classes []retryhttp.Class
+	p := AWSPolicy()
+	p.BaseDelay, p.ThrottleBaseDelay = time.Millisecond, time.Millisecond
+	tr := &retryhttp.Transport{Policy: p, OnAttempt: func(a retryhttp.Attempt) { classes = append(classes, a.Class) }}
+	c := dynamodb.New(dynamodb.Options{
+		Region: "us-east-1", BaseEndpoint: aws.String(srv.URL),
+		Credentials:              credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""),
+		HTTPClient:               &http.Client{Transport: tr},
+		Retryer:                  retry.AddWithMaxAttempts(retry.NewStandard(), 1),
+		APIOptions:               []func(*middleware.Stack) error{ReplayableBodies},
+		EnableAcceptEncodingGzip: true,
+	})
+	_, err := getItem(context.Background(), c)
+	if len(classes) == 0 || classes[0] != retryhttp.Throttling {
+		t.Errorf("got classes %v (err %v); want the first throttling, as the SDK reads it", classes, err)
 	}
 }

@@ -28,6 +28,7 @@ import (
 //	client := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
 //		o.HTTPClient = &http.Client{Transport: &retryhttp.Transport{Policy: integration.AWSPolicy()}}
 //		o.Retryer = retry.AddWithMaxAttempts(retry.NewStandard(), 1)
+//		o.RetryMaxAttempts = 1 // else AWS_MAX_ATTEMPTS re-wraps the Retryer
 //		o.APIOptions = append(o.APIOptions, integration.ReplayableBodies)
 //	})
 func ReplayableBodies(stack *middleware.Stack) error {

@@ -59,3 +59,34 @@ func TestStripeKeepsItsIdempotencyKey(t *testing.T) {
 		})
 	}
 }
+
+// Stripe's Stripe-Should-Retry: false is the server's own word against a
+// retry, and stripe-go alone makes one attempt. With stripe-go's retries
+// off, as the guide says, the Transport is the one layer, and ignores it.
+func TestStripeShouldRetry(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		step rht.Step
+		want int // attempts stripe-go itself makes (MaxNetworkRetries 2)
+	}{
+		{"503, Stripe-Should-Retry: false", rht.Status(503).WithHeader("Stripe-Should-Retry", "false").WithBody(`{"error":{"type":"api_error"}}`), 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The oracle: stripe-go alone, with its own retries on.
+			alone := rht.NewServer(t, tc.step)
+			stripe.NewClient("sk_test_123", stripe.WithBackends(stripe.NewBackendsWithConfig(&stripe.BackendConfig{
+				URL: stripe.String(alone.URL), MaxNetworkRetries: stripe.Int64(2),
+				LeveledLogger: &stripe.LeveledLogger{Level: stripe.LevelNull},
+			}))).V1Customers.Create(context.Background(), &stripe.CustomerCreateParams{Email: stripe.String("a@example.com")})
+			if got := len(alone.Attempts()); got != tc.want {
+				t.Fatalf("stripe-go alone made %d attempts; the test expects %d", got, tc.want)
+			}
+			srv := rht.NewServer(t, tc.step)
+			sc := stripeClient(srv.URL, &retryhttp.Transport{Policy: retryhttp.Policy{BaseDelay: time.Millisecond}})
+			sc.V1Customers.Create(context.Background(), &stripe.CustomerCreateParams{Email: stripe.String("a@example.com")})
+			if got := len(srv.Attempts()); got != tc.want {
+				t.Errorf("got %d attempts under the guide's setup; want %d, as stripe-go alone makes", got, tc.want)
+			}
+		})
+	}
+}

@@ -26,7 +26,11 @@ func AssertStableKey(t testing.TB, r Recorder) bool {
 		return false
 	}
 	for i, a := range as {
-		if a.Key == "" || a.Key != as[0].Key {
+		if a.Key == "" {
+			t.Errorf("attempt %d: got no idempotency key; want the same key on every attempt", i+1)
+			return false
+		}
+		if a.Key != as[0].Key {
 			t.Errorf("attempt %d: got key %q; want %q, the key of attempt 1, on every attempt", i+1, a.Key, as[0].Key)
 			return false
 		}

@@ -320,3 +320,76 @@ func TestServerRefusesStepErr(t *testing.T) {
 		t.Errorf("got %q; want the test failed for step 1's Err", rec.msg)
 	}
 }
+
+// A step that is still waiting (Hang, or a Delay) when the Server closes
+// must not answer: "Hang never answers", and a delayed 503 is a 503. The
+// handler returned normally on close, and net/http then sent an implicit
+// 200 OK with an empty body to the client still waiting.
+func TestCloseReleasesWithoutAnswering(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		step Step
+	}{
+		{"Hang", Hang()},
+		{"503 after a delay", Status(503).WithDelay(time.Hour)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := NewServer(t, tc.step)
+			type result struct {
+				code int
+				err  error
+			}
+			done := make(chan result, 1)
+			go func() {
+				resp, err := http.Get(srv.URL)
+				if err != nil {
+					done <- result{0, err}
+					return
+				}
+				resp.Body.Close()
+				done <- result{resp.StatusCode, nil}
+			}()
+			for len(srv.Attempts()) == 0 {
+				time.Sleep(time.Millisecond)
+			}
+			srv.Close()
+			r := <-done
+			if r.err == nil {
+				t.Errorf("got a %d response after Close; want no answer (an error)", r.code)
+			}
+		})
+	}
+}
+
+// Reset is documented as a TCP reset; under StartTLS the hijacked conn is a
+// *tls.Conn, SetLinger(0) is skipped, and the client sees an orderly close.
+func TestResetIsAResetUnderTLS(t *testing.T) {
+	srv := NewUnstartedServer(t, Reset())
+	srv.StartTLS()
+	tr := srv.Client().Transport.(*http.Transport).Clone()
+	req, _ := http.NewRequest("POST", srv.URL, strings.NewReader("x"))
+	_, err := (&http.Client{Transport: tr}).Do(req)
+	if !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("got %v; want an error wrapping ECONNRESET (a TCP reset)", err)
+	}
+}
+
+// AssertStableKey's message when the first attempt has no key read
+// `attempt 1: got key ""; want "", the key of attempt 1`: it wants what it
+// got. It must say that the key is missing.
+func TestAssertStableKeyMessageOnMissingKey(t *testing.T) {
+	tr := NewTransport()
+	for range 2 {
+		req, _ := http.NewRequest("POST", "http://api.test/", nil)
+		resp, _ := tr.RoundTrip(req)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	f := &fakeTB{}
+	if AssertStableKey(f, tr) {
+		t.Fatal("got true for attempts with no key; want false")
+	}
+	if len(f.errors) != 1 || strings.Contains(f.errors[0], `got key ""; want ""`) {
+		t.Errorf("got message %q; want one that says the key is missing, not that \"\" is wanted", f.errors)
+	}
+}

@@ -120,6 +120,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		case <-s.closing:
+			// Returning would send an implicit 200: cut the connection.
+			cut(w, true)
 			return
 		}
 	}
@@ -128,6 +130,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 		case <-s.closing:
+			cut(w, true) // never answer, not even an implicit 200
 		}
 		return
 	case st.Reset:
@@ -154,8 +157,15 @@ func cut(w http.ResponseWriter, rst bool) {
 		// HTTP/2 cannot hijack: abort the stream instead.
 		panic(http.ErrAbortHandler)
 	}
-	if tc, ok := conn.(*net.TCPConn); ok && rst {
-		tc.SetLinger(0)
+	if rst {
+		// Under TLS, reset the TCP connection beneath it: closing the
+		// *tls.Conn would first send close_notify, an orderly close.
+		if tc, ok := conn.(interface{ NetConn() net.Conn }); ok {
+			conn = tc.NetConn()
+		}
+		if tc, ok := conn.(*net.TCPConn); ok {
+			tc.SetLinger(0)
+		}
 	}
 	conn.Close()
 }
