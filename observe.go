@@ -286,6 +286,11 @@ func errString(err error) string {
 	return full
 }
 
+// minSecret is the shortest query value urlSecrets counts as a secret: a
+// shorter one (a page number, a flag) would be found in any text, and keep
+// what wraps a url.Error out of it for nothing.
+const minSecret = 4
+
 // urlSecrets lists what redactURL leaves out of raw: its user info (and
 // password), query and fragment, or raw itself if it does not parse.
 func urlSecrets(raw string) []string {
@@ -298,11 +303,32 @@ func urlSecrets(raw string) []string {
 		s = append(s, u.User.String())
 		if p, ok := u.User.Password(); ok && p != "" {
 			s = append(s, p)
+		} else if n := u.User.Username(); n != "" {
+			s = append(s, n) // an API key's URL (https://KEY:@host) has no other secret
 		}
 	}
 	for _, part := range []string{u.RawQuery, u.Fragment, u.EscapedFragment()} {
 		if part != "" {
 			s = append(s, part)
+		}
+	}
+	// A wrapper may print part of the query (or of a fragment that holds
+	// parameters, as OAuth's does), or print it decoded: every value is a
+	// secret, raw and escaped.
+	for _, part := range []string{u.RawQuery, u.EscapedFragment()} {
+		if part == "" {
+			continue
+		}
+		if q, err := url.QueryUnescape(part); err == nil && q != part {
+			s = append(s, q)
+		}
+		vals, _ := url.ParseQuery(part) // what parses, on an error too
+		for _, vs := range vals {
+			for _, v := range vs {
+				if len(v) >= minSecret {
+					s = append(s, v, url.QueryEscape(v))
+				}
+			}
 		}
 	}
 	return s

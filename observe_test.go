@@ -406,3 +406,58 @@ func TestRetryingConsistent(t *testing.T) {
 		})
 	}
 }
+
+// errString keeps the text around a *url.Error unless a secret of its URL
+// is still in it; the secrets it looks for are the whole raw query, the
+// user info and the fragment. A wrapper that prints part of the query (one
+// parameter, the decoded query, the parsed values) puts a secret in the
+// text, which before 5c04a5a never showed (any chain with a url.Error came
+// out as that url.Error's redacted text alone).
+func TestErrorTextNeverShowsPartOfAQuery(t *testing.T) {
+	const raw = "https://api.test/v1/items?page=2&access_token=S3CRET%2Fx"
+	u, _ := url.Parse(raw)
+	ue := &url.Error{Op: "Get", URL: raw, Err: errors.New("connection reset by peer")}
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"one parameter", fmt.Errorf("token %s rejected: %w", u.Query().Get("access_token"), ue)},
+		{"parsed values", fmt.Errorf("listing %v: %w", u.Query(), ue)},
+		{"decoded query", fmt.Errorf("query %s: %w", mustString(url.QueryUnescape(u.RawQuery)), ue)},
+		{"re-encoded query", fmt.Errorf("query %s: %w", u.Query().Encode(), ue)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := (&Error{Attempts: 1, Decision: Done, Err: tc.err}).Error()
+			if strings.Contains(got, "S3CRET") {
+				t.Errorf("got %q; want no %q in it", got, "S3CRET")
+			}
+		})
+	}
+}
+
+// mustString returns s, or panics with err.
+func mustString(s string, err error) string {
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// The user name of an API-key URL (https://KEY:@host, as Stripe's basic
+// auth) is its secret; a fragment's values too (#access_token=...).
+func TestErrorTextNeverShowsAUserNameOrFragmentValue(t *testing.T) {
+	for _, tc := range []struct {
+		raw, shown string
+	}{
+		{"https://sk_test_S3CRET:@api.test/v1/charges", "sk_test_S3CRET"},
+		{"https://app.test/cb#access_token=S3CRET&state=abc", "S3CRET"},
+	} {
+		u, _ := url.Parse(tc.raw)
+		_ = u
+		ue := &url.Error{Op: "Post", URL: tc.raw, Err: errors.New("EOF")}
+		err := fmt.Errorf("as %s (%w)", tc.shown, ue)
+		if got := (&Error{Attempts: 1, Decision: Done, Err: err}).Error(); strings.Contains(got, "S3CRET") {
+			t.Errorf("got %q; want no %q in it", got, "S3CRET")
+		}
+	}
+}
