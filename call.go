@@ -160,12 +160,9 @@ func (c *call) acquire() error {
 // and classifies it.
 func (c *call) send() {
 	o, p := &c.o, &c.t.Policy // o's response and release were handed on or discarded
-	o.retrying = Success
-	c.strayOK = true
-	if c.n > 0 {
-		o.retrying = o.class // the last attempt's, which this one retries
-		c.strayOK = !(o.err != nil && errors.Is(o.err, context.Canceled))
-	}
+	// o still holds the last attempt's outcome, zero before the first.
+	o.retrying = o.class
+	c.strayOK = !errors.Is(o.err, context.Canceled)
 	o.number, o.sent = c.n+1, c.out
 	if c.observing {
 		o.start = time.Now()
@@ -216,7 +213,7 @@ func (c *call) sendOne() {
 	case c.permit.l != nil:
 		used := c.take()
 		o.resp, o.err = roundTripOnce(c.t.base(), o.sent)
-		o.class = p.classifyAttempt(c.ctx, c.strayOK, o.resp, o.err)
+		o.class = c.classify(o.resp, o.err)
 		used.answered(p, o.resp, o.err, o.class)
 	default:
 		o.resp, o.err = c.t.base().RoundTrip(o.sent)
@@ -226,7 +223,7 @@ func (c *call) sendOne() {
 		if p.Classify == nil && o.err == nil {
 			o.class = statusClass(o.resp.StatusCode) // DefaultClassify's, without the calls
 		} else {
-			o.class = p.classifyAttempt(c.ctx, c.strayOK, o.resp, o.err)
+			o.class = c.classify(o.resp, o.err)
 		}
 	}
 }
@@ -255,7 +252,7 @@ func (c *call) sendTimed() {
 	timeout := c.attemptTimeout()
 	o.timer = time.AfterFunc(timeout, release)
 	o.resp, o.err = roundTripOnce(c.t.base(), o.sent.WithContext(actx))
-	o.class = p.classifyAttempt(o.sent.Context(), c.strayOK, o.resp, o.err)
+	o.class = c.classify(o.resp, o.err)
 	fired := !o.timer.Stop()
 	o.timer = nil
 	switch {
@@ -304,6 +301,30 @@ func (c *call) weighOutcome() {
 	default:
 		c.v = verdict{decision: Done}
 	}
+}
+
+// classify is the Policy's class for the attempt's outcome, but for a stray
+// cancellation: an error that says "canceled" while the request's context
+// is alive was not the caller's. net/http puts the connection of a bodyless
+// response back in the pool before it delivers the response, and a request
+// canceled in between closes that connection under the request that took
+// it (transport.go, persistConn.roundTrip); hedging cancels losing copies in
+// flight all the time. Such an attempt failed with its connection:
+// Transient, not the Permanent of a caller's cancellation. It is not a
+// failure before sending, so an unkeyed write is not retried.
+//
+// A cancellation that follows one is not stray (strayOK false): a base
+// that fails with context.Canceled every time (a token source whose context
+// ended, say) is not retried again and again, at the budget's expense. One
+// whose cause is a hedged copy's end (errCopyCanceled, this package's own)
+// is stray whatever came before it: under load it may strike twice.
+func (c *call) classify(resp *http.Response, err error) Class {
+	class := c.t.Policy.classify(resp, err)
+	if class == Permanent && err != nil && c.ctx.Err() == nil && errors.Is(err, context.Canceled) &&
+		(c.strayOK || errors.Is(err, errCopyCanceled)) {
+		return Transient
+	}
+	return class
 }
 
 // weigh decides whether a retryable outcome is retried and after what wait.

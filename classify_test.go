@@ -312,30 +312,42 @@ func TestClassifyRealErrors(t *testing.T) {
 // response is delivered (the connection is already back in the pool; see
 // persistConn.roundTrip's <-ctxDoneChan case). Hedging cancels losing
 // copies in flight all the time. The request must be retried, not
-// returned as "not retryable: context canceled".
+// returned as "not retryable: context canceled". One whose cause is a
+// hedged copy's end (this package's own) is stray however often it comes:
+// under load it may strike an attempt and its retry.
 func TestStrayCancelIsRetried(t *testing.T) {
-	for _, hedged := range []bool{false, true} {
-		t.Run(fmt.Sprint("hedged=", hedged), func(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cause  error // of the stray cancellations
+		strays int32 // attempts that get one, from the first
+		hedged bool
+	}{
+		{"hedged=false", context.Canceled, 1, false},
+		{"hedged=true", context.Canceled, 1, true},
+		{"a hedged copy's end, twice", errCopyCanceled, 2, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			var calls atomic.Int32
 			base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
-				if calls.Add(1) == 1 {
-					return nil, fmt.Errorf("read: %w", context.Canceled) // another request's cancel
+				if calls.Add(1) <= tc.strays {
+					return nil, fmt.Errorf("read: %w", tc.cause) // another request's cancel
 				}
 				return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
 			})
 			p := Policy{BaseDelay: time.Millisecond}
-			if hedged {
+			if tc.hedged {
 				p.HedgeDelay, p.HedgeRatio = time.Hour, 1
 			}
 			tr := &Transport{Base: base, Policy: p}
 			req, _ := http.NewRequest("GET", "http://example.test/", nil)
+			want := tc.strays + 1
 			resp, err := tr.RoundTrip(req)
 			if err != nil {
-				t.Fatalf("got error %v after %d attempts; want 200 after 2 (the request's context is alive)", err, calls.Load())
+				t.Fatalf("got error %v after %d attempts; want 200 after %d (the request's context is alive)", err, calls.Load(), want)
 			}
 			resp.Body.Close()
-			if calls.Load() != 2 {
-				t.Errorf("got %d attempts; want 2", calls.Load())
+			if calls.Load() != want {
+				t.Errorf("got %d attempts; want %d", calls.Load(), want)
 			}
 		})
 	}
@@ -343,9 +355,9 @@ func TestStrayCancelIsRetried(t *testing.T) {
 
 // A base that fails with context.Canceled for good, while the request's own
 // context is alive (a token source whose context ended, say: "oauth2:
-// cannot fetch token: ... context canceled"), is now retried to
-// MaxAttempts on every request, and each retry is paid from the shared
-// budget: a handful of requests drain it for everyone.
+// cannot fetch token: ... context canceled"), is retried once, not to
+// MaxAttempts on every request at the shared budget's expense: a handful of
+// requests would drain it for everyone.
 func TestCanceledForGoodIsRetriedOnce(t *testing.T) {
 	var calls atomic.Int32
 	base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
@@ -432,27 +444,4 @@ func TestStrayCancelLimits(t *testing.T) {
 			t.Errorf("got %v; want an ErrAttemptTimeout then a 200", rep.Attempts)
 		}
 	})
-}
-
-// A cancellation whose cause is a hedged copy's end (this package's own) is
-// stray however often it comes: under load it may strike an attempt and its
-// retry.
-func TestCopyCanceledIsAlwaysStray(t *testing.T) {
-	var calls atomic.Int32
-	base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
-		if calls.Add(1) <= 2 {
-			return nil, fmt.Errorf("read: %w", errCopyCanceled) // another request's race ended
-		}
-		return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
-	})
-	tr := &Transport{Base: base, Policy: Policy{BaseDelay: time.Microsecond}}
-	req, _ := http.NewRequest("GET", "http://example.test/", nil)
-	resp, err := tr.RoundTrip(req)
-	if err != nil {
-		t.Fatalf("got %v after %d attempts; want 200 after 3", err, calls.Load())
-	}
-	resp.Body.Close()
-	if calls.Load() != 3 {
-		t.Errorf("got %d attempts; want 3", calls.Load())
-	}
 }

@@ -108,7 +108,7 @@ type race struct {
 // errCopyCanceled is the cause a copy is canceled with once its race is over
 // (or, for the winner, once its body is read). net/http hands a request's
 // cause to the next request on its connection when the cancellation comes
-// as a bodyless response is delivered (see Policy.classifyAttempt): another
+// as a bodyless response is delivered (see call.classify): another
 // request that gets this error was not canceled by its caller.
 var errCopyCanceled = fmt.Errorf("retryhttp: a hedged copy's race is over: %w", context.Canceled)
 
@@ -273,7 +273,7 @@ func (c *call) sendHedged(delay time.Duration) {
 			inflight--
 			o.resp, o.err = a.resp, a.err
 			o.release = r.copies[a.i].cancel // only the call appends
-			o.class = p.classifyAttempt(o.sent.Context(), c.strayOK, a.resp, a.err)
+			o.class = c.classify(a.resp, a.err)
 			r.copies[a.i].permit.answered(p, a.resp, a.err, o.class)
 			if !o.class.retryable() {
 				winner = a.i

@@ -1,8 +1,6 @@
 package retryhttp
 
 import (
-	"context"
-	"errors"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -127,10 +125,10 @@ type Policy struct {
 	// requests that may be hedged: every such request adds the share, every
 	// hedge takes one whole, starting from none, and a hedge that wins gives
 	// its whole back, so that a dependency slow for everyone gets no more
-	// than this share in extra copies. Hedges are not paid
-	// from the Budget. Zero, a negative value, NaN or +Inf means
-	// DefaultHedgeRatio, 5%; a share above 10 means 10 (a hedge quota holds
-	// at most 10 hedges), and one below 1e-12 means 1e-12.
+	// than this share in extra copies. Hedges are not paid from the Budget.
+	// Zero, a negative value, NaN or +Inf means DefaultHedgeRatio, 5%; a
+	// share above 10 means 10 (a hedge quota holds at most 10 hedges), and
+	// one below 1e-12 means 1e-12.
 	HedgeRatio float64
 
 	// MaxHedges is the most hedged copies of one attempt, each sent
@@ -183,30 +181,6 @@ func (p *Policy) classify(resp *http.Response, err error) Class {
 		return statusClass(resp.StatusCode) // DefaultClassify's, without the call
 	}
 	return DefaultClassify(resp, err)
-}
-
-// classifyAttempt is classify for an attempt sent under ctx, the request's
-// context. An error that says "canceled" while ctx is alive was not the
-// caller's cancellation. net/http puts the connection of a bodyless
-// response back in the pool before it delivers the response, and a
-// request canceled in between closes that connection under the request
-// that took it (transport.go, persistConn.roundTrip); hedging cancels
-// losing copies in flight all the time. Such an attempt failed with its
-// connection: Transient, not the Permanent of a caller's cancellation. It
-// is not a failure before sending, so an unkeyed write is not retried.
-//
-// A cancellation that follows one is not stray (strayOK false): a base
-// that fails with context.Canceled every time (a token source whose context
-// ended, say) is not retried again and again, at the budget's expense. One
-// whose cause is a hedged copy's end (errCopyCanceled, this package's own)
-// is stray whatever came before it: under load it may strike twice.
-func (p *Policy) classifyAttempt(ctx context.Context, strayOK bool, resp *http.Response, err error) Class {
-	class := p.classify(resp, err)
-	if class == Permanent && err != nil && ctx.Err() == nil && errors.Is(err, context.Canceled) &&
-		(strayOK || errors.Is(err, errCopyCanceled)) {
-		return Transient
-	}
-	return class
 }
 
 func (p *Policy) rand() func(int64) int64 {

@@ -34,7 +34,9 @@ func dynamoSteps() []rht.Step {
 	}
 }
 
-func dynamoClient(url string, httpClient *http.Client, retryer func() aws.Retryer) *dynamodb.Client {
+// dynamoClient is a DynamoDB client of url through httpClient, its bodies
+// replayable, with the options optFns change.
+func dynamoClient(url string, httpClient *http.Client, retryer func() aws.Retryer, optFns ...func(*dynamodb.Options)) *dynamodb.Client {
 	return dynamodb.New(dynamodb.Options{
 		Region:       "us-east-1",
 		BaseEndpoint: aws.String(url),
@@ -42,8 +44,11 @@ func dynamoClient(url string, httpClient *http.Client, retryer func() aws.Retrye
 		HTTPClient:   httpClient,
 		Retryer:      retryer(),
 		APIOptions:   []func(*middleware.Stack) error{ReplayableBodies},
-	})
+	}, optFns...)
 }
+
+// oneAttempt is the SDK's retryer of the guide's setup: one attempt.
+func oneAttempt() aws.Retryer { return retry.AddWithMaxAttempts(retry.NewStandard(), 1) }
 
 func getItem(ctx context.Context, c *dynamodb.Client) (*dynamodb.GetItemOutput, error) {
 	return c.GetItem(ctx, &dynamodb.GetItemInput{
@@ -65,9 +70,7 @@ func TestDynamoDBOneLayer(t *testing.T) {
 		ours.Add(1)
 		classes = append(classes, a.Class)
 	}}
-	c := dynamoClient(srv.URL, &http.Client{Transport: tr}, func() aws.Retryer {
-		return retry.AddWithMaxAttempts(retry.NewStandard(), 1)
-	})
+	c := dynamoClient(srv.URL, &http.Client{Transport: tr}, oneAttempt)
 	out, err := getItem(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)

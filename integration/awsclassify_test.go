@@ -20,10 +20,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/smithy-go/middleware"
 	"github.com/herdproof/retryhttp"
 )
 
@@ -127,13 +125,7 @@ func TestReplayableBodiesGiveIndependentReaders(t *testing.T) {
 	tr := &retryhttp.Transport{Policy: AWSPolicy()}
 	tr.Policy.BaseDelay = time.Millisecond
 	defer tr.CloseIdleConnections()
-	c := dynamodb.New(dynamodb.Options{
-		Region: "us-east-1", BaseEndpoint: aws.String(srv.URL),
-		Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""),
-		HTTPClient:  &http.Client{Transport: tr},
-		Retryer:     retry.AddWithMaxAttempts(retry.NewStandard(), 1),
-		APIOptions:  []func(*middleware.Stack) error{ReplayableBodies},
-	})
+	c := dynamoClient(srv.URL, &http.Client{Transport: tr}, oneAttempt)
 	big := strings.Repeat("x", 1<<20)
 	failed := 0
 	for i := range 30 {
@@ -227,14 +219,7 @@ func TestAWSClassifyGzipErrorBody(t *testing.T) {
 	p := AWSPolicy()
 	p.BaseDelay, p.ThrottleBaseDelay = time.Millisecond, time.Millisecond
 	tr := &retryhttp.Transport{Policy: p, OnAttempt: func(a retryhttp.Attempt) { classes = append(classes, a.Class) }}
-	c := dynamodb.New(dynamodb.Options{
-		Region: "us-east-1", BaseEndpoint: aws.String(srv.URL),
-		Credentials:              credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""),
-		HTTPClient:               &http.Client{Transport: tr},
-		Retryer:                  retry.AddWithMaxAttempts(retry.NewStandard(), 1),
-		APIOptions:               []func(*middleware.Stack) error{ReplayableBodies},
-		EnableAcceptEncodingGzip: true,
-	})
+	c := dynamoClient(srv.URL, &http.Client{Transport: tr}, oneAttempt, func(o *dynamodb.Options) { o.EnableAcceptEncodingGzip = true })
 	_, err := getItem(context.Background(), c)
 	if len(classes) == 0 || classes[0] != retryhttp.Throttling {
 		t.Errorf("got classes %v (err %v); want the first throttling, as the SDK reads it", classes, err)
