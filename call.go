@@ -31,10 +31,11 @@ type call struct {
 	hs     *hedging     // its hedge share and latencies, when hedged
 	max    int          // attempts allowed
 
-	safe      bool // may be sent twice: idempotent, or keyed
-	hedged    bool // its attempts are hedged
-	strayOK   bool // a context.Canceled may be a stray one: the last attempt's was not
-	observing bool // a hook, a Logger or a Report reads the attempts
+	safe      bool      // may be sent twice: idempotent, or keyed
+	hedged    bool      // its attempts are hedged
+	strayOK   bool      // a context.Canceled may be a stray one: the last attempt's was not
+	observing bool      // a hook, a Logger or a Report reads the attempts
+	began     time.Time // when RoundTrip was called, for OnEnd
 
 	out       *http.Request // what the next attempt sends
 	n         int           // attempts made, hedged copies included
@@ -79,12 +80,17 @@ type verdict struct {
 // before any attempt (a context already done).
 func (c *call) start(t *Transport, req *http.Request) error {
 	c.t, c.req, c.out, c.unsent = t, req, req, true
+	if t.OnEnd != nil {
+		c.began = time.Now()
+	}
 	c.ctx = req.Context()
 	rv := requestFrom(c.ctx)
 	c.report, c.ov = rv.report, rv.override
 	if err := c.ctx.Err(); err != nil {
 		c.report.finish(StopCanceled)
-		return &Error{Decision: StopCanceled, Err: err}
+		e := &Error{Decision: StopCanceled, Err: err}
+		c.end(nil, e, StopCanceled, true)
+		return e
 	}
 	p := &t.Policy
 	c.max = p.maxAttempts()
@@ -429,8 +435,11 @@ func (c *call) finish() (*http.Response, error) {
 	}
 	resp := c.o.resp
 	if resp == nil {
-		return nil, &Error{Attempts: c.n, Decision: d, Err: c.o.err}
+		e := &Error{Attempts: c.n, Decision: d, Err: c.o.err}
+		c.end(nil, e, d, false)
+		return nil, e
 	}
+	c.end(resp, nil, d, false) // before the response is handed on: a panicking hook leaves it to cleanup
 	release, cancel := c.o.release, c.cancel
 	c.done = true // with the response goes everything the call held
 	if release != nil || cancel != nil {
@@ -488,7 +497,21 @@ func (c *call) stopBefore(why error) error {
 	if c.o.err != nil {
 		cause = fmt.Errorf("%w; last attempt: %w", why, c.o.err)
 	}
-	return &Error{Attempts: c.n, Decision: d, Err: cause}
+	e := &Error{Attempts: c.n, Decision: d, Err: cause}
+	c.end(nil, e, d, true)
+	return e
+}
+
+// end passes the request's end to the OnEnd hook, if there is one.
+func (c *call) end(resp *http.Response, err error, d Decision, abandoned bool) {
+	if c.t.OnEnd == nil {
+		return
+	}
+	e := RequestEnd{Request: c.req, Attempts: c.n, Decision: d, Abandoned: abandoned, Err: err, Duration: time.Since(c.began)}
+	if resp != nil {
+		e.Status = resp.StatusCode
+	}
+	c.t.OnEnd(e)
 }
 
 // cleanup releases whatever the call still holds. It runs on every way out

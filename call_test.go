@@ -71,6 +71,7 @@ func TestAllocations(t *testing.T) {
 		{"GET", &Transport{Base: ok}, get, 0},
 		{"GET, idle RateLimiter", &Transport{Base: ok, Limiter: &RateLimiter{}}, get, 0},
 		{"GET, RatioBudget", &Transport{Base: ok, Budget: &RatioBudget{}}, get, 0},
+		{"GET, OnEnd", &Transport{Base: ok, OnEnd: func(RequestEnd) {}}, get, 0},
 		// A copy's context, its cancel with errCopyCanceled as the cause, its
 		// goroutine and the race: hedging costs allocations when it is on.
 		{"GET, hedging on, answered before HedgeDelay", &Transport{Base: ok, Policy: Policy{HedgeDelay: time.Hour, HedgeRatio: 1}}, get, 12},
@@ -157,6 +158,9 @@ func TestPanickingHooksCleanUp(t *testing.T) {
 					panic("hook")
 				}
 			}}
+		}},
+		{"OnEnd", func() *Transport {
+			return &Transport{OnEnd: func(RequestEnd) { panic("hook") }}
 		}},
 	}
 	for _, tc := range tests {

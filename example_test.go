@@ -67,6 +67,36 @@ func ExampleTransport_onAttempt() {
 	// attempt 3: 200 success -> done 0s (tokens 486)
 }
 
+// OnEnd sees every request end once, also one that ends in the wait for a
+// retry, which no attempt's hook shows: here the caller gives up while the
+// retry waits for the server's Retry-After.
+func ExampleTransport_onEnd() {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tr := &retryhttp.Transport{
+		OnAttempt: func(a retryhttp.Attempt) {
+			fmt.Printf("attempt %d: %d -> %v\n", a.Number, a.Status, a.Decision)
+			cancel() // the caller gives up
+		},
+		OnEnd: func(e retryhttp.RequestEnd) {
+			fmt.Printf("end: %v after %d attempt(s), abandoned %v\n", e.Decision, e.Attempts, e.Abandoned)
+		},
+	}
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
+	if resp, err := tr.RoundTrip(req); err == nil {
+		resp.Body.Close()
+	}
+	// Output:
+	// attempt 1: 503 -> retry
+	// end: canceled after 1 attempt(s), abandoned true
+}
+
 // Transports that share a Budget share one quota: when one dependency is
 // down, retries stop for every client drawing from it.
 func ExampleBudget_shared() {

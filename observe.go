@@ -145,6 +145,33 @@ type Attempt struct {
 	PermitWait time.Duration
 }
 
+// A RequestEnd is how one request ended, passed to Transport.OnEnd as
+// RoundTrip returns.
+type RequestEnd struct {
+	// Request is the caller's request. It must not be modified.
+	Request *http.Request
+	// Attempts is the number of attempts made, hedged copies included.
+	Attempts int
+	// Decision is Done when the last attempt's outcome is returned as it
+	// is (a success, or a failure that is not retryable); otherwise it
+	// says why no further attempt was made.
+	Decision Decision
+	// Abandoned reports that the request ended before an attempt it was
+	// going to make: its context ended, before its first attempt or in
+	// the wait for a retry (StopCanceled), or the Limiter had no permit
+	// for it (StopRateLimited). When Attempts is not 0, the last
+	// OnAttempt call said Retry, and the retry was never sent.
+	Abandoned bool
+	// Status is the status code of the response RoundTrip returns, 0 when
+	// Err is set.
+	Status int
+	// Err is the error RoundTrip returns (an *Error), nil with a response.
+	Err error
+	// Duration is how long RoundTrip took, up to the response headers
+	// that it returns or its error.
+	Duration time.Duration
+}
+
 // String renders the attempt for humans, with the URL stripped of user info,
 // query and fragment and no header at all, so that printing an Attempt with
 // %v never leaks a credential.

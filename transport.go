@@ -94,6 +94,15 @@ type Transport struct {
 	// it.
 	OnAttempt func(Attempt)
 
+	// OnEnd, if not nil, is called once for every request as RoundTrip
+	// returns, on the goroutine that called it, after the last OnAttempt
+	// call. It sees every way a request ends, those in which no hook
+	// follows the last attempt (the context ended in the wait for a retry,
+	// or the Limiter had no permit for it) and those with no attempt at
+	// all included. It is not called when a hook panics. It must not block
+	// for long: the caller waits for it.
+	OnEnd func(RequestEnd)
+
 	// Logger, if not nil, receives one line per retry decision: at Info for
 	// a retry ("retryhttp: retrying") and for a success after retries
 	// ("retryhttp: done after retry"), at Warn for giving up on a retryable

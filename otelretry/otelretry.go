@@ -19,10 +19,10 @@
 //     (backoff or server), as decided.
 //   - giveups (counter): every RoundTrip that ended on a retryable failure
 //     without retrying it, by reason (attempts exhausted, retry budget
-//     exhausted, deadline too close, ...). A request whose retry was decided
-//     and then ended in its wait (the context ended, or the Limiter had no
-//     permit) made no attempt after the decision, so no hook saw it end: it
-//     is in neither retries nor giveups, and its wait is in wait.
+//     exhausted, deadline too close, ...), those whose retry was decided
+//     and then ended in its wait included (canceled, or rate limited: the
+//     Limiter had no permit). A retry that ends in its wait is not in
+//     retries; its wait is in wait.
 //   - hedges (counter): hedged copies (Policy.HedgeDelay), by method and
 //     outcome (sent, won, refused: the hedge share or the Limiter had none).
 //   - budget.tokens (observable gauge): the tokens in each instrumented
@@ -41,8 +41,10 @@
 package otelretry
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"net/http"
 	"sync"
 
 	"github.com/herdproof/retryhttp"
@@ -166,8 +168,9 @@ func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
 	return nil
 }
 
-// Instrument makes t report to m: its OnAttempt records every attempt (and
-// then calls the hook t had, if any), and its budget and its Limiter, if it
+// Instrument makes t report to m: its OnAttempt records every attempt, and
+// its OnEnd the requests that end in a wait for a retry (each then calls
+// the hook t had, if any); its budget and its Limiter, if it
 // has one, are observed by the budget.* and ratelimit.* instruments under
 // the given attributes (a "client" name, say). With PerHost set, there is a
 // budget and a Limiter per destination, and they are not observed: a gauge
@@ -183,6 +186,7 @@ func (m *Metrics) Instrument(t *retryhttp.Transport, attrs ...attribute.KeyValue
 	}
 	m.mu.Unlock()
 	t.OnAttempt = m.Hook(t.OnAttempt)
+	t.OnEnd = m.EndHook(t.OnEnd)
 }
 
 // Hook returns an OnAttempt hook that records each attempt, then calls next
@@ -196,17 +200,32 @@ func (m *Metrics) Hook(next func(retryhttp.Attempt)) func(retryhttp.Attempt) {
 	}
 }
 
-// Record records one attempt.
-func (m *Metrics) Record(a retryhttp.Attempt) {
-	ctx := context.Background()
-	method := "GET"
-	if a.Request != nil {
-		ctx = a.Request.Context()
-		if a.Request.Method != "" {
-			method = a.Request.Method
+// EndHook returns an OnEnd hook that records each request's end with
+// RecordEnd, then calls next (which may be nil). A Transport instrumented
+// with Hook alone counts no giveup for a retry that ends in its wait.
+func (m *Metrics) EndHook(next func(retryhttp.RequestEnd)) func(retryhttp.RequestEnd) {
+	return func(e retryhttp.RequestEnd) {
+		m.RecordEnd(e)
+		if next != nil {
+			next(e)
 		}
 	}
-	methodAttr := attribute.String("http.request.method", method)
+}
+
+// RecordEnd records a request's end: a giveup if the request ended in the
+// wait for a retry, which no attempt's record shows. The other giveups are
+// counted by Record, at the attempt that decided them.
+func (m *Metrics) RecordEnd(e retryhttp.RequestEnd) {
+	if !e.Abandoned || e.Attempts == 0 {
+		return
+	}
+	ctx, methodAttr := of(e.Request)
+	m.giveups.Add(ctx, 1, metric.WithAttributes(methodAttr, attribute.String("retryhttp.reason", e.Decision.String())))
+}
+
+// Record records one attempt.
+func (m *Metrics) Record(a retryhttp.Attempt) {
+	ctx, methodAttr := of(a.Request)
 	classAttr := attribute.String("retryhttp.class", a.Class.String())
 	m.attempts.Add(ctx, 1, metric.WithAttributes(methodAttr, classAttr, attribute.String("retryhttp.decision", a.Decision.String())))
 	if a.Number == 1 {
@@ -236,6 +255,15 @@ func (m *Metrics) Record(a retryhttp.Attempt) {
 	default:
 		m.giveups.Add(ctx, 1, metric.WithAttributes(methodAttr, attribute.String("retryhttp.reason", a.Decision.String())))
 	}
+}
+
+// of returns the context to record under and the method attribute of the
+// request a hook was given, which may be nil.
+func of(r *http.Request) (context.Context, attribute.KeyValue) {
+	if r == nil {
+		return context.Background(), attribute.String("http.request.method", "GET")
+	}
+	return r.Context(), attribute.String("http.request.method", cmp.Or(r.Method, "GET"))
 }
 
 // Close stops observing the instrumented budgets.

@@ -389,35 +389,72 @@ func TestPerHostStateNotObserved(t *testing.T) {
 // A retry decided, then never made because the request's context ended in
 // its wait, is not counted in retries (retries over requests is the share
 // of traffic that retries add); its wait is in wait (helper-24's case).
-func TestRetryEndedInItsWaitIsNotCounted(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		m, reader := newMetrics(t)
-		base := rht.NewTransport(rht.Status(503), rht.Status(200))
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		tr := &retryhttp.Transport{Base: base, Policy: retryhttp.Policy{Rand: func(n int64) int64 { return n - 1 }},
-			OnAttempt: func(a retryhttp.Attempt) {
-				if a.Decision == retryhttp.Retry {
-					cancel() // the caller gives up during the wait
+func TestRetryEndedInItsWaitIsAGiveup(t *testing.T) {
+	// A retry decided and then ended in its wait is no retry, and a giveup
+	// with the wait's reason: the caller's context ended, or the Limiter
+	// had no permit in time (another client's 429 paused it for 5 s, past
+	// the request's 3 s deadline).
+	tests := []struct {
+		name    string
+		limited bool
+		reason  string
+	}{
+		{"canceled", false, "canceled"},
+		{"no permit", true, "rate limited"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				m, reader := newMetrics(t)
+				base := rht.NewTransport(rht.RetryAfter(503, "1"), rht.Status(200))
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				defer cancel()
+				var lim *retryhttp.RateLimiter
+				if tt.limited {
+					lim = &retryhttp.RateLimiter{}
 				}
-			}}
-		m.Instrument(tr)
-		req, _ := http.NewRequestWithContext(ctx, "GET", "http://orders.test/", nil)
-		if resp, err := tr.RoundTrip(req); err == nil {
-			resp.Body.Close()
-			t.Fatal("got a response; want the wait's cancellation")
-		}
-		if n := len(base.Attempts()); n != 1 {
-			t.Fatalf("the server got %d attempts; want 1", n)
-		}
-		got := collect(t, reader)
-		if r := got["retryhttp.retries"]; r.Data != nil { // no data point is 0
-			if v := sum(t, r); v != 0 {
-				t.Errorf("retries: got %d; want 0 (no retry was sent)", v)
-			}
-		}
-		if h := got["retryhttp.wait"].Data.(metricdata.Histogram[float64]); len(h.DataPoints) != 1 || h.DataPoints[0].Count != 1 {
-			t.Errorf("wait: got %+v; want one wait", h.DataPoints)
-		}
-	})
+				tr := &retryhttp.Transport{Base: base, Limiter: lim,
+					OnAttempt: func(a retryhttp.Attempt) {
+						if a.Decision != retryhttp.Retry {
+							return
+						}
+						if !tt.limited {
+							cancel() // the caller gives up during the wait
+							return
+						}
+						other := &retryhttp.Transport{Base: rht.NewTransport(rht.RetryAfter(429, "5")), Limiter: lim, Policy: retryhttp.Policy{MaxAttempts: 1}}
+						req, _ := http.NewRequest("GET", "http://orders.test/", nil)
+						resp, err := other.RoundTrip(req)
+						if err != nil {
+							t.Fatal(err)
+						}
+						resp.Body.Close()
+					}}
+				m.Instrument(tr)
+				req, _ := http.NewRequestWithContext(ctx, "GET", "http://orders.test/", nil)
+				if resp, err := tr.RoundTrip(req); err == nil {
+					resp.Body.Close()
+					t.Fatal("got a response; want the wait's end")
+				}
+				if n := len(base.Attempts()); n != 1 {
+					t.Fatalf("the server got %d attempts; want 1", n)
+				}
+				got := collect(t, reader)
+				if r := got["retryhttp.retries"]; r.Data != nil { // no data point is 0
+					if v := sum(t, r); v != 0 {
+						t.Errorf("retries: got %d; want 0 (no retry was sent)", v)
+					}
+				}
+				if h := got["retryhttp.wait"].Data.(metricdata.Histogram[float64]); len(h.DataPoints) != 1 || h.DataPoints[0].Count != 1 {
+					t.Errorf("wait: got %+v; want one wait", h.DataPoints)
+				}
+				if v := sum(t, got["retryhttp.giveups"], attribute.String("http.request.method", "GET"), attribute.String("retryhttp.reason", tt.reason)); v != 1 {
+					t.Errorf("giveups, %s: got %d; want 1", tt.reason, v)
+				}
+				if v := sum(t, got["retryhttp.giveups"]); v != 1 {
+					t.Errorf("giveups: got %d; want 1", v)
+				}
+			})
+		})
+	}
 }
