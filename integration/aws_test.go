@@ -173,27 +173,40 @@ func TestDynamoDBWithoutReplayableBodies(t *testing.T) {
 	}
 }
 
-// The guide's setup under a config whose RetryMaxAttempts is set (the
+// The guide's setups under a config whose RetryMaxAttempts is set (the
 // AWS_MAX_ATTEMPTS environment variable, max_attempts in ~/.aws/config, or
 // config.WithRetryMaxAttempts all set it): the client re-wraps the Retryer
-// with that many attempts after the option functions ran, so the setup sets
-// o.RetryMaxAttempts = 1 as well, or attempts multiply (9 for 3).
+// with that many attempts after the option functions ran. AWSRetryer
+// retries no throttling whatever its count, and a retryer of one attempt
+// needs o.RetryMaxAttempts = 1 as well, or attempts multiply (9 for 3).
 func TestGuideSetupIsOneLayerUnderConfiguredMaxAttempts(t *testing.T) {
-	srv := rht.NewServer(t, rht.Status(400).WithBody(throttled).WithHeader("Content-Type", "application/x-amz-json-1.0"))
-	p := AWSPolicy()
-	p.BaseDelay, p.ThrottleBaseDelay = time.Millisecond, time.Millisecond
-	tr := &retryhttp.Transport{Policy: p}
-	cfg := aws.Config{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL),
-		Credentials:      credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""),
-		RetryMaxAttempts: 3}
-	client := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
-		o.HTTPClient = &http.Client{Transport: tr}
-		o.Retryer = retry.AddWithMaxAttempts(retry.NewStandard(), 1)
-		o.RetryMaxAttempts = 1
-		o.APIOptions = append(o.APIOptions, ReplayableBodies)
-	})
-	getItem(context.Background(), client)
-	if got := len(srv.Attempts()); got != 3 {
-		t.Errorf("got %d attempts at the endpoint; want 3", got)
+	tests := []struct {
+		name        string
+		retryer     func() aws.Retryer
+		maxAttempts int
+	}{
+		{"AWSRetryer", AWSRetryer, 0},
+		{"the SDK's retries off", oneAttempt, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := rht.NewServer(t, rht.Status(400).WithBody(throttled).WithHeader("Content-Type", "application/x-amz-json-1.0"))
+			p := AWSPolicy()
+			p.BaseDelay, p.ThrottleBaseDelay = time.Millisecond, time.Millisecond
+			tr := &retryhttp.Transport{Policy: p}
+			cfg := aws.Config{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL),
+				Credentials:      credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""),
+				RetryMaxAttempts: 3}
+			client := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+				o.HTTPClient = &http.Client{Transport: tr}
+				o.Retryer = tt.retryer()
+				o.RetryMaxAttempts = tt.maxAttempts
+				o.APIOptions = append(o.APIOptions, ReplayableBodies)
+			})
+			getItem(context.Background(), client)
+			if got := len(srv.Attempts()); got != 3 {
+				t.Errorf("got %d attempts at the endpoint; want 3", got)
+			}
+		})
 	}
 }

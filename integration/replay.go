@@ -27,8 +27,8 @@ import (
 //
 //	client := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
 //		o.HTTPClient = &http.Client{Transport: &retryhttp.Transport{Policy: integration.AWSPolicy()}}
-//		o.Retryer = retry.AddWithMaxAttempts(retry.NewStandard(), 1)
-//		o.RetryMaxAttempts = 1 // else AWS_MAX_ATTEMPTS re-wraps the Retryer
+//		o.Retryer = integration.AWSRetryer()
+//		o.RetryMaxAttempts = 0 // else AWS_MAX_ATTEMPTS re-wraps the Retryer
 //		o.APIOptions = append(o.APIOptions, integration.ReplayableBodies)
 //	})
 func ReplayableBodies(stack *middleware.Stack) error {

@@ -16,7 +16,6 @@ import (
 	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -57,8 +56,9 @@ func main() {
 		BaseEndpoint: aws.String(srv.URL),
 		Credentials:  credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""),
 		HTTPClient:   &http.Client{Transport: tr},
-		// One retrying layer: the SDK makes one attempt, the Transport retries.
-		Retryer:    retry.AddWithMaxAttempts(retry.NewStandard(), 1),
+		// One retrying layer: the Transport retries; the SDK makes a second
+		// attempt only to sign again after a clock-skew refusal.
+		Retryer:    integration.AWSRetryer(),
 		APIOptions: []func(*middleware.Stack) error{integration.ReplayableBodies},
 	})
 	out, err := client.GetItem(context.Background(), &dynamodb.GetItemInput{
