@@ -17,7 +17,9 @@ import (
 // time). Such a request has to be signed again with the skew observed, and
 // only the SDK signs. The second attempt is made at once and from no retry
 // quota; any other error ends the operation after the SDK's first attempt,
-// so that the two layers never multiply.
+// so that the two layers never multiply. (A client may add error codes of
+// its own to whatever retryer it is given: STS's retries
+// IDPCommunicationError, which then gets the second attempt too.)
 //
 // Set the client's RetryMaxAttempts to 0 with it, so that a RetryMaxAttempts
 // taken from the config (AWS_MAX_ATTEMPTS, max_attempts,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 	"github.com/herdproof/retryhttp"
 )
@@ -27,7 +29,8 @@ type skewedDynamo struct {
 	fail func(w http.ResponseWriter) // nil: answer the item
 
 	mu    sync.Mutex
-	dates []string
+	dates []string // each request's X-Amz-Date
+	ids   []string // and Amz-Sdk-Invocation-Id
 }
 
 func (s *skewedDynamo) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -36,6 +39,7 @@ func (s *skewedDynamo) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	amzDate := r.Header.Get("X-Amz-Date")
 	s.mu.Lock()
 	s.dates = append(s.dates, amzDate)
+	s.ids = append(s.ids, r.Header.Get("Amz-Sdk-Invocation-Id"))
 	s.mu.Unlock()
 	w.Header().Set("Date", now.UTC().Format(http.TimeFormat))
 	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
@@ -52,17 +56,12 @@ func (s *skewedDynamo) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	io.WriteString(w, item)
 }
 
-func (s *skewedDynamo) requests() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.dates)
-}
-
 // The guide's setup with AWSRetryer: a clock-skew refusal is signed again
-// by the SDK, once, and the SDK retries nothing else, so the endpoint sees
+// by the SDK, once, with the same invocation id (the Transport's
+// idempotency key), and the SDK retries nothing else, so the endpoint sees
 // the Transport's attempts alone; the same under a config whose
-// RetryMaxAttempts is 5. With the SDK's retries off altogether, a
-// clock-skew refusal fails.
+// RetryMaxAttempts is 5, and under an operation's own RetryMaxAttempts.
+// With the SDK's retries off altogether, a clock-skew refusal fails.
 func TestAWSRetryerSignsAgainAfterClockSkewOnly(t *testing.T) {
 	unavailable := func(w http.ResponseWriter) {
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -72,22 +71,33 @@ func TestAWSRetryerSignsAgainAfterClockSkewOnly(t *testing.T) {
 		w.WriteHeader(http.StatusBadRequest)
 		io.WriteString(w, throttled)
 	}
+	reset := func(w http.ResponseWriter) {
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			panic(err)
+		}
+		conn.(*net.TCPConn).SetLinger(0)
+		conn.Close()
+	}
 	tests := []struct {
 		name       string
 		retryer    func() aws.Retryer
 		configured int // the config's RetryMaxAttempts
+		perCall    int // the operation's RetryMaxAttempts, if not 0
 		skew       time.Duration
 		fail       func(w http.ResponseWriter)
 		requests   int
-		code       string // the operation's error code; "" for none
+		code       string // the operation's error code; "" for none, "-" for an error without one
 	}{
-		{"clock skew, signed again", AWSRetryer, 0, 10 * time.Minute, nil, 2, ""},
-		{"clock skew ahead, signed again", AWSRetryer, 0, -10 * time.Minute, nil, 2, ""},
-		{"clock skew, signed again under a configured max attempts", AWSRetryer, 5, 10 * time.Minute, nil, 2, ""},
-		{"clock skew, then 503s: the Transport's attempts", AWSRetryer, 5, 10 * time.Minute, unavailable, 1 + 3, "ServiceUnavailable"},
-		{"503s: the Transport's attempts alone", AWSRetryer, 5, 0, unavailable, 3, "ServiceUnavailable"},
-		{"throttling: the Transport's attempts alone", AWSRetryer, 5, 0, throttle, 3, "ThrottlingException"},
-		{"clock skew with the SDK's retries off", oneAttempt, 0, 10 * time.Minute, nil, 1, "InvalidSignatureException"},
+		{"clock skew, signed again", AWSRetryer, 0, 0, 10 * time.Minute, nil, 2, ""},
+		{"clock skew ahead, signed again", AWSRetryer, 0, 0, -10 * time.Minute, nil, 2, ""},
+		{"clock skew, signed again under a configured max attempts", AWSRetryer, 5, 0, 10 * time.Minute, nil, 2, ""},
+		{"clock skew, then 503s: the Transport's attempts", AWSRetryer, 5, 0, 10 * time.Minute, unavailable, 1 + 3, "ServiceUnavailable"},
+		{"503s: the Transport's attempts alone", AWSRetryer, 5, 0, 0, unavailable, 3, "ServiceUnavailable"},
+		{"throttling: the Transport's attempts alone", AWSRetryer, 5, 0, 0, throttle, 3, "ThrottlingException"},
+		{"throttling under an operation's max attempts", AWSRetryer, 5, 4, 0, throttle, 3, "ThrottlingException"},
+		{"connection resets: the Transport's attempts alone", AWSRetryer, 5, 0, 0, reset, 3, "-"},
+		{"clock skew with the SDK's retries off", oneAttempt, 0, 0, 10 * time.Minute, nil, 1, "InvalidSignatureException"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -106,20 +116,36 @@ func TestAWSRetryerSignsAgainAfterClockSkewOnly(t *testing.T) {
 				o.RetryMaxAttempts = 0 // the retryer's own count, whatever the config says
 				o.APIOptions = append(o.APIOptions, ReplayableBodies)
 			})
-			_, err := getItem(context.Background(), client)
+			var perCall []func(*dynamodb.Options)
+			if tt.perCall > 0 {
+				perCall = append(perCall, func(o *dynamodb.Options) { o.RetryMaxAttempts = tt.perCall })
+			}
+			_, err := client.GetItem(context.Background(), &dynamodb.GetItemInput{
+				TableName: aws.String("orders"),
+				Key:       map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "order-42"}},
+			}, perCall...)
 			var code string
 			if err != nil {
-				var api smithy.APIError
-				if !errors.As(err, &api) {
-					t.Fatalf("got error %v; want an API error", err)
+				code = "-"
+				if api := smithy.APIError(nil); errors.As(err, &api) {
+					code = api.ErrorCode()
 				}
-				code = api.ErrorCode()
 			}
 			if code != tt.code {
 				t.Errorf("got error code %q (%v); want %q", code, err, tt.code)
 			}
-			if got := h.requests(); got != tt.requests {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if got := len(h.dates); got != tt.requests {
 				t.Errorf("got %d requests at the endpoint (X-Amz-Date %v); want %d", got, h.dates, tt.requests)
+			}
+			if tt.skew != 0 && len(h.dates) >= 2 && h.dates[0] == h.dates[1] {
+				t.Errorf("the second request was signed at %s as the first; want it signed again", h.dates[1])
+			}
+			for i, id := range h.ids {
+				if id == "" || id != h.ids[0] {
+					t.Errorf("request %d has invocation id %q; want the operation's one, %q", i+1, id, h.ids[0])
+				}
 			}
 		})
 	}
