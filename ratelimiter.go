@@ -208,7 +208,8 @@ type RateLimiter struct {
 	// Recovery is the longest wait between two probes above a rate the
 	// limiter holds; the shortest is a tenth of it. A longer Recovery
 	// means fewer 429s and slower finding of capacity that grew beyond
-	// what the limiter held before (docs/throttling.md measures both).
+	// what the limiter held before (docs/throttling.md, "Choosing
+	// Recovery", measures both at 5, 10, 20 and 40 s).
 	// Zero or a negative value means DefaultLimiterRecovery.
 	Recovery time.Duration
 	// MinRate is the lowest rate, in permits per second. Zero, a negative

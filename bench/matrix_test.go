@@ -346,6 +346,26 @@ func TestThrottleGoalsCheck(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got\n%q\nwant\n%q", got, want)
 	}
+
+	s := SummarizeGoals(results, "mine", CheckThrottleGoals(results, "mine", IssueThrottleGoals()))
+	wantMet := map[string]int{GoalGoodput: 1, Goal429s: 1, GoalRecovery: 1}
+	wantOf := map[string]int{GoalGoodput: 2, Goal429s: 2, GoalRecovery: 1, GoalFairness: 1}
+	if !reflect.DeepEqual(s.Met, wantMet) || !reflect.DeepEqual(s.Of, wantOf) {
+		t.Errorf("got met %v of %v; want %v of %v", s.Met, s.Of, wantMet, wantOf)
+	}
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"goodput over the best", float64(s.GoodputOverBest), (0.981/1 + 0.93/0.95) / 2},
+		{"429s over aws-adaptive's", float64(s.ThrottledOverAWS), math.Sqrt(51.0 / 101 * 12 / 21)},
+		{"recovery median", float64(s.RecoveryMedian), 3},
+		{"Jain minus aws-adaptive's", float64(s.JainMinusAWS), 0.9 - 0.95},
+	} {
+		if math.Abs(c.got-c.want) > 1e-12 {
+			t.Errorf("%s: got %v; want %v", c.name, c.got, c.want)
+		}
+	}
 }
 
 // TestThrottleMatrixSmoke runs the CI-sized matrix with every default peer

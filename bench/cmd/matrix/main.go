@@ -67,6 +67,7 @@ func main() {
 	from := flag.String("workloads", "", "run the workloads of this saved report (a held-out set kept outside the repo) instead of the matrix")
 	trace := flag.Bool("trace", false, "print each client's RateLimiter rate, second by second, in retryhttp's run (seed 1, or -seed) of each workload")
 	traceSeed := flag.Int("seed", 1, "with -trace: the seed to run")
+	summaries := flag.Bool("summaries", false, "with -json: print only the goals summed up per checked peer, not every run")
 	shard := flag.String("shard", "", "internal: run shard i/n of the matrix and print its results as JSON")
 	testing.Init()
 	flag.Parse()
@@ -110,7 +111,19 @@ func main() {
 
 	peers := bench.DefaultThrottlePeers()
 	checked := []string{bench.PeerRetryHTTP}
+	var variant string
 	if *maxWait > 0 || *recovery > 0 || *beta > 0 {
+		var set []string
+		if *maxWait > 0 {
+			set = append(set, "MaxWait: "+maxWait.String())
+		}
+		if *recovery > 0 {
+			set = append(set, "Recovery: "+recovery.String())
+		}
+		if *beta > 0 {
+			set = append(set, fmt.Sprintf("Beta: %g", *beta))
+		}
+		variant = "RateLimiter{" + strings.Join(set, ", ") + "}"
 		peers = append(peers, bench.RetryHTTPPeer("retryhttp-variant", func() *retryhttp.RateLimiter {
 			return &retryhttp.RateLimiter{MaxWait: *maxWait, Recovery: *recovery, Beta: *beta}
 		}))
@@ -132,6 +145,10 @@ func main() {
 			results = bench.MergeResults(results, read(*against).Results)
 		}
 		report := bench.NewMatrixReport(results, *seeds, checked, bench.IssueThrottleGoals())
+		report.Variant = variant
+		if *summaries {
+			report.Results, report.Checks = nil, nil
+		}
 		if *asJSON {
 			enc := json.NewEncoder(out)
 			enc.SetIndent("", " ")
