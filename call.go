@@ -88,7 +88,7 @@ func (c *call) start(t *Transport, req *http.Request) error {
 	c.report, c.ov = rv.report, rv.override
 	if err := c.ctx.Err(); err != nil {
 		c.report.finish(StopCanceled)
-		e := &Error{Decision: StopCanceled, Err: err}
+		e := &Error{Decision: StopCanceled, Err: err, url: req.URL}
 		c.end(nil, e, StopCanceled, true)
 		return e
 	}
@@ -435,7 +435,7 @@ func (c *call) finish() (*http.Response, error) {
 	}
 	resp := c.o.resp
 	if resp == nil {
-		e := &Error{Attempts: c.n, Decision: d, Err: c.o.err}
+		e := &Error{Attempts: c.n, Decision: d, Err: c.o.err, url: c.req.URL}
 		c.end(nil, e, d, false)
 		return nil, e
 	}
@@ -497,7 +497,7 @@ func (c *call) stopBefore(why error) error {
 	if c.o.err != nil {
 		cause = fmt.Errorf("%w; last attempt: %w", why, c.o.err)
 	}
-	e := &Error{Attempts: c.n, Decision: d, Err: cause}
+	e := &Error{Attempts: c.n, Decision: d, Err: cause, url: c.req.URL}
 	c.end(nil, e, d, true)
 	return e
 }

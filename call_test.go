@@ -73,8 +73,9 @@ func TestAllocations(t *testing.T) {
 		{"GET, RatioBudget", &Transport{Base: ok, Budget: &RatioBudget{}}, get, 0},
 		{"GET, OnEnd", &Transport{Base: ok, OnEnd: func(RequestEnd) {}}, get, 0},
 		// A copy's context, its cancel with errCopyCanceled as the cause, its
-		// goroutine and the race: hedging costs allocations when it is on.
-		{"GET, hedging on, answered before HedgeDelay", &Transport{Base: ok, Policy: Policy{HedgeDelay: time.Hour, HedgeRatio: 1}}, get, 12},
+		// deep copy of the request, its goroutine and the race: hedging
+		// costs allocations when it is on.
+		{"GET, hedging on, answered before HedgeDelay", &Transport{Base: ok, Policy: Policy{HedgeDelay: time.Hour, HedgeRatio: 1}}, get, 14},
 		{"GET, PerHost, a destination already seen", &Transport{Base: ok, PerHost: &PerHost{}}, get, 0},
 		{"GET, PerHost with limiters, a destination already seen", &Transport{Base: ok, PerHost: &PerHost{Limiter: func(string) *RateLimiter { return &RateLimiter{} }}}, get, 0},
 		{"GET with an Override", &Transport{Base: ok}, get.WithContext(WithOverride(get.Context(), Override{MaxAttempts: 5})), 0},

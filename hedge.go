@@ -142,7 +142,10 @@ func (r *race) launch(base http.RoundTripper, req *http.Request, hc hedgeCopy) {
 	i := len(r.copies)
 	r.copies = append(r.copies, hc)
 	r.mu.Unlock()
-	req = req.WithContext(ctx)
+	// A deep copy: a copy that loses may still be running when RoundTrip
+	// has returned and the caller, its response body closed, changes or
+	// reuses its request, as the RoundTripper contract allows.
+	req = req.Clone(ctx)
 	go func() {
 		resp, err := roundTripOnce(base, req)
 		r.mu.Lock()

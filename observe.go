@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -184,7 +185,7 @@ func (a Attempt) String() string {
 	}
 	b.WriteString(": ")
 	if a.Err != nil {
-		b.WriteString(errString(a.Err))
+		b.WriteString(errStringFor(a.Err, requestURL(a.Request)))
 	} else {
 		b.WriteString(itoa(a.Status))
 	}
@@ -216,7 +217,7 @@ func (a Attempt) attrs() []slog.Attr {
 		slog.String("class", a.Class.String()),
 		slog.String("decision", a.Decision.String()))
 	if a.Err != nil {
-		attrs = append(attrs, slog.String("error", errString(a.Err)))
+		attrs = append(attrs, slog.String("error", errStringFor(a.Err, requestURL(a.Request))))
 	} else {
 		attrs = append(attrs, slog.Int("status", a.Status))
 	}
@@ -247,6 +248,8 @@ type Error struct {
 	Decision Decision
 	// Err is the cause.
 	Err error
+
+	url *url.URL // the request's, whose secrets stay out of the text
 }
 
 func (e *Error) Error() string {
@@ -254,7 +257,7 @@ func (e *Error) Error() string {
 	if e.Decision == Done {
 		why = "not retryable"
 	}
-	return "retryhttp: " + why + " after " + plural(e.Attempts, "attempt") + ": " + errString(e.Err)
+	return "retryhttp: " + why + " after " + plural(e.Attempts, "attempt") + ": " + errStringFor(e.Err, e.url)
 }
 
 func (e *Error) Unwrap() error { return e.Err }
@@ -311,6 +314,33 @@ func errString(err error) string {
 		}
 	}
 	return full
+}
+
+// errStringFor renders err as errString does, and keeps the secrets of u,
+// the URL of the request err came from, out of text that names it other
+// than in a *url.Error: a base's own message ("GET <url> giving up") or a
+// wrapper's. The URL is shown redacted, and each secret left is replaced.
+func errStringFor(err error, u *url.URL) string {
+	s := errString(err)
+	if u == nil || u.User == nil && u.RawQuery == "" && u.Fragment == "" {
+		return s
+	}
+	raw := u.String()
+	s = strings.ReplaceAll(s, raw, redactURL(u))
+	secrets := urlSecrets(raw)
+	slices.SortFunc(secrets, func(a, b string) int { return len(b) - len(a) }) // a secret may hold another
+	for _, secret := range secrets {
+		s = strings.ReplaceAll(s, secret, "[redacted]")
+	}
+	return s
+}
+
+// requestURL is r's URL, or nil.
+func requestURL(r *http.Request) *url.URL {
+	if r == nil {
+		return nil
+	}
+	return r.URL
 }
 
 // minSecret is the shortest query value urlSecrets counts as a secret: a

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -561,6 +562,54 @@ func TestOnEndSeesEveryEnd(t *testing.T) {
 					t.Errorf("abandoned after an attempt that decided %v; want Retry", attem[len(attem)-1].Decision)
 				}
 			})
+		})
+	}
+}
+
+// A base that names the request's URL in its own error text, not in a
+// *url.Error (go-retryablehttp's "GET <url> giving up", a wrapper's
+// "calling <url>: %w"): the Transport knows the request's URL, and keeps its
+// secrets out of Error's text, Attempt.String and its log lines, showing
+// the URL redacted.
+func TestErrorTextNeverShowsTheRequestsSecrets(t *testing.T) {
+	const raw = "https://alice:hunter2@api.test/v1?token=s3cr3t%2Fx&page=2#frag-secret"
+	tests := []struct {
+		name string
+		text func(r *http.Request) string
+		keep string // what of the text must stay
+	}{
+		{"go-retryablehttp's", func(r *http.Request) string { return r.Method + " " + r.URL.String() + " giving up after 1 attempt(s)" }, "GET https://api.test/v1 giving up"},
+		{"a wrapper's", func(r *http.Request) string { return "calling " + r.URL.String() }, "calling https://api.test/v1"},
+		{"the URL's own Redacted", func(r *http.Request) string { return "calling " + r.URL.Redacted() }, "calling https://alice:"},
+		{"a query value, decoded", func(r *http.Request) string { return "token " + r.URL.Query().Get("token") + " refused" }, "refused"},
+		{"the user info alone", func(r *http.Request) string { return "auth " + r.URL.User.String() }, "auth "},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+				return nil, fmt.Errorf("%s: %w", tt.text(r), syscall.ECONNRESET)
+			})
+			var log bytes.Buffer
+			var printed []string
+			tr := &Transport{Base: base, Policy: Policy{MaxAttempts: 2, BaseDelay: 1},
+				Logger:    slog.New(slog.NewTextHandler(&log, nil)),
+				OnAttempt: func(a Attempt) { printed = append(printed, a.String()) }}
+			_, err := tr.RoundTrip(mustReq(t, "GET", raw))
+			if err == nil {
+				t.Fatal("got no error; want the base's")
+			}
+			for _, w := range []struct{ where, text string }{
+				{"Error()", err.Error()}, {"Attempt.String", strings.Join(printed, "\n")}, {"the log", log.String()},
+			} {
+				for _, secret := range []string{"hunter2", "s3cr3t", "frag-secret"} {
+					if strings.Contains(w.text, secret) {
+						t.Errorf("%s carries %q: %s", w.where, secret, strings.TrimSpace(w.text))
+					}
+				}
+				if !strings.Contains(w.text, tt.keep) {
+					t.Errorf("%s lost %q: %s", w.where, tt.keep, strings.TrimSpace(w.text))
+				}
+			}
 		})
 	}
 }
