@@ -207,7 +207,9 @@ func (b *Budget) give(n int64) {
 		if cur >= b.capacity {
 			return
 		}
-		if b.tokens.CompareAndSwap(cur, min(cur+n, b.capacity)) {
+		// cur+n may overflow near the largest capacities; capacity-cur
+		// cannot (0 <= cur < capacity).
+		if b.tokens.CompareAndSwap(cur, cur+min(n, b.capacity-cur)) {
 			return
 		}
 	}

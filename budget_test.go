@@ -57,6 +57,25 @@ func TestBudgetEdges(t *testing.T) {
 	}
 }
 
+func TestBudgetNearMaxIntNeverOverflows(t *testing.T) {
+	// A capacity near math.MaxInt64 ("practically unlimited"): a refund
+	// landing after a deposit topped the bucket up must not wrap it
+	// negative, which would refuse every retry after.
+	b := NewBudget(math.MaxInt)
+	paid, ok := b.Withdraw(Transient)
+	if !ok {
+		t.Fatal("a full bucket refused a retry")
+	}
+	b.Deposit(true)
+	paid.Payer.Refund(paid, true)
+	if got := b.Available(); got != b.Capacity() {
+		t.Errorf("got %d tokens; want the capacity, %d", got, b.Capacity())
+	}
+	if _, ok := b.Withdraw(Transient); !ok {
+		t.Errorf("got a refusal with %d tokens; want a retry paid", b.Available())
+	}
+}
+
 func TestBudgetConcurrent(t *testing.T) {
 	b := NewBudget(500)
 	var wg sync.WaitGroup

@@ -120,7 +120,7 @@ func (c *call) start(t *Transport, req *http.Request) error {
 			}
 		}
 	}
-	if c.max > 1 && p.hedgeable(req, c.safe) && (c.ov == nil || !c.ov.NoHedging) {
+	if c.max > 1 && p.hedgeable(req) && (c.ov == nil || !c.ov.NoHedging) {
 		c.hedged = true
 		if c.dest != nil {
 			c.hs = c.dest.hedges.get()

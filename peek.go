@@ -16,12 +16,14 @@ func PeekBody(resp *http.Response, n int) ([]byte, error) {
 	if resp == nil || resp.Body == nil || resp.Body == http.NoBody || n <= 0 {
 		return nil, nil
 	}
-	buf := make([]byte, n)
-	m, err := io.ReadFull(resp.Body, buf)
-	if err == io.EOF || err == io.ErrUnexpectedEOF {
+	// A buffer that grows with what comes, not one of n bytes: n may be
+	// far larger than the body.
+	var b bytes.Buffer
+	_, err := b.ReadFrom(io.LimitReader(resp.Body, int64(n)))
+	if err == io.ErrUnexpectedEOF { // a body cut short: the bytes read are put back all the same
 		err = nil
 	}
-	buf = buf[:m]
+	buf := b.Bytes()
 	resp.Body = &peekedBody{Reader: io.MultiReader(bytes.NewReader(buf), resp.Body), Closer: resp.Body}
 	return buf, err
 }

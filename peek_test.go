@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -114,6 +115,20 @@ func truncatingServer(t *testing.T, status int, body string, declared int) *http
 	}))
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+func TestPeekBodyLargerThanTheBody(t *testing.T) {
+	// n far beyond the body (math.MaxInt for "all of it"): the body's few
+	// bytes, nothing allocated for the rest.
+	const body = `{"__type":"ThrottlingException"}`
+	resp := &http.Response{StatusCode: 400, Body: io.NopCloser(strings.NewReader(body))}
+	got, err := PeekBody(resp, math.MaxInt)
+	if err != nil || string(got) != body {
+		t.Errorf("got %q, %v; want %q, nil", got, err, body)
+	}
+	if rest, _ := io.ReadAll(resp.Body); string(rest) != body {
+		t.Errorf("the body reads %q after the peek; want it whole, %q", rest, body)
+	}
 }
 
 func TestPeekBodyKeepsTruncation(t *testing.T) {

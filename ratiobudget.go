@@ -3,6 +3,7 @@ package retryhttp
 import (
 	"math"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -66,6 +67,9 @@ type RatioBudget struct {
 	// testing/synctest bubble makes fake).
 	Now func() time.Time
 
+	start    sync.Once
+	origin   time.Time     // the clock's first reading
+	last     atomic.Uint64 // the highest slot number read so far
 	requests slots
 	retries  slots
 }
@@ -101,14 +105,29 @@ func (b *RatioBudget) window() time.Duration {
 // millisecond.
 const minRatioWindow = time.Millisecond
 
-// epoch returns the number of the current slot since the Unix epoch, 1 or
-// more (0 marks a slot never used); a clock before 1970 reads as 1970.
+// epoch returns the number of the current slot since the clock's first
+// reading, 1 or more (0 marks a slot never used). It never goes back: the
+// slots are counted on time.Now's monotonic clock, and a clock that steps
+// back all the same (a Now without one, the wall clock's) holds the slot
+// where it was until it passes it again, so that old events never count as
+// new ones, nor new ones as expired.
 func (b *RatioBudget) epoch() uint64 {
 	now := time.Now
 	if b.Now != nil {
 		now = b.Now
 	}
-	return uint64(max(now().UnixNano(), 0)/int64(b.window()/ratioSlots)) + 1 // never reusing
+	t := now()
+	b.start.Do(func() { b.origin = t })
+	e := uint64(max(t.Sub(b.origin), 0)/(b.window()/ratioSlots)) + 1 // never reusing
+	for {
+		last := b.last.Load()
+		if e <= last {
+			return last
+		}
+		if b.last.CompareAndSwap(last, e) {
+			return e
+		}
+	}
 }
 
 // slots count events in the last ratioSlots time slots. Slot i holds the

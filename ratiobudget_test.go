@@ -262,6 +262,39 @@ func TestRatioBudgetOldSlotsNeverComeBack(t *testing.T) {
 	}
 }
 
+func TestRatioBudgetClockSteppedBack(t *testing.T) {
+	// A wall clock stepped back a minute (an NTP step, a VM restored) by a
+	// Now without a monotonic reading: the window holds where it was, and
+	// allows no more than the window's allowance, until the clock passes it
+	// again.
+	c := &clock{time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)}
+	b := &RatioBudget{Now: c.Now} // 10%, 10 a second over 10 s
+	for range 100 {
+		b.Deposit(true)
+	}
+	first := drain(b)
+	c.now = c.now.Add(-time.Minute)
+	for range 10000 {
+		b.Deposit(true)
+	}
+	got := 0
+	for range 20000 { // bounded: a budget that fails open never refuses
+		if _, ok := b.Withdraw(Transient); ok {
+			got++
+		}
+	}
+	if most := 10100/10 + 100; got > most {
+		t.Errorf("after the step: got %d retries for 10,100 requests; want at most %d, the window's allowance", got, most)
+	}
+	c.now = c.now.Add(time.Minute + 11*time.Second) // past the old window
+	for range 100 {
+		b.Deposit(true)
+	}
+	if got := drain(b); got != first {
+		t.Errorf("once the clock has passed the window again: got %d retries; want %d, as at first", got, first)
+	}
+}
+
 func TestRatioBudgetDelayedCallerKeepsNewerSlot(t *testing.T) {
 	// A caller that read the clock a whole window ago and counts only now
 	// must not reset the slot a newer count has taken over.

@@ -49,10 +49,25 @@ func ParseRetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 	if err != nil {
 		return 0, false
 	}
+	if _, err := time.Parse(time.RFC850, v); err == nil {
+		t = rfc850Year(t, now)
+	}
 	if d := t.Sub(now); d > 0 {
 		return d, true
 	}
 	return 0, true
+}
+
+// rfc850Year reads the two-digit year of an RFC 850 date t as RFC 9110
+// §5.6.7 requires (time.Parse puts it between 1969 and 2068): in now's
+// century, unless that is more than 50 years after now, in which case it is
+// the century before.
+func rfc850Year(t, now time.Time) time.Time {
+	y := now.Year() - now.Year()%100 + t.Year()%100
+	if y > now.Year()+50 {
+		y -= 100
+	}
+	return time.Date(y, t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), t.Location())
 }
 
 // single returns the one value of a header, trimmed of surrounding spaces;

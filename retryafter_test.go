@@ -35,6 +35,10 @@ func TestParseRetryAfter(t *testing.T) {
 		{"IMF-fixdate", http.Header{"Retry-After": {"Sun, 29 Nov 2026 12:00:30 GMT"}}, 30 * time.Second, true},
 		{"RFC 850 date", http.Header{"Retry-After": {"Sunday, 29-Nov-26 12:01:00 GMT"}}, time.Minute, true},
 		{"asctime date", http.Header{"Retry-After": {"Sun Nov 29 12:00:05 2026"}}, 5 * time.Second, true},
+		// RFC 9110 §5.6.7: a two-digit year is this century's unless that
+		// is more than 50 years ahead (time.Parse reads 69 to 99 as 19xx).
+		{"RFC 850 date 44 years ahead", http.Header{"Retry-After": {"Sunday, 01-Jan-70 00:00:00 GMT"}}, time.Date(2070, 1, 1, 0, 0, 0, 0, time.UTC).Sub(now), true},
+		{"RFC 850 date 51 years ahead: the past", http.Header{"Retry-After": {"Monday, 01-Jan-77 00:00:00 GMT"}}, 0, true},
 		{"past date", http.Header{"Retry-After": {"Sun, 29 Nov 2026 11:00:00 GMT"}}, 0, true},
 		{"ten years ahead", http.Header{"Retry-After": {"Fri, 29 Nov 2036 12:00:00 GMT"}}, now.AddDate(10, 0, 0).Sub(now), true},
 		{"malformed date", http.Header{"Retry-After": {"Sun, 32 Nov 2026 12:00:00 GMT"}}, 0, false},
