@@ -86,7 +86,11 @@ const (
 type Options struct {
 	// Client talks to Redis: a single node, Sentinel or Cluster. Required.
 	// The whole budget lives under Key, so in a Cluster it lives in one
-	// hash slot.
+	// hash slot. Make it with MaxRetries -1, so that go-redis never sends
+	// the budget's script a second time after Redis ran it, and with
+	// ContextTimeoutEnabled off (the default), so that a late answer's
+	// tokens still land in the lease rather than being lost with the
+	// connection (docs/fleet.md).
 	Client redis.UniversalClient
 	// Key names the fleet's bucket: every process that uses the same key
 	// shares it. Required.
@@ -459,10 +463,10 @@ func (b *Budget) start(need, want, end int64) *flight {
 		var err error
 		select {
 		case <-b.warmed:
-			// The client's own context timeout may be off (go-redis's
-			// ContextTimeoutEnabled): the call then ends at its read
-			// timeout, after the flight has ended, and its answer still
-			// counts.
+			// With the client's own context timeout off (go-redis's
+			// ContextTimeoutEnabled, as Options.Client asks), the call
+			// ends at its read timeout, after the flight has ended, and
+			// its answer still counts.
 			r, err = takeScript.Run(ctx, b.opts.Client, []string{b.key},
 				deposit, need, want, b.capacity, b.opts.TTL.Milliseconds()).Int64Slice()
 		case <-ctx.Done():
