@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"time"
 )
 
@@ -88,7 +89,7 @@ func (c *call) start(t *Transport, req *http.Request) error {
 	c.report, c.ov = rv.report, rv.override
 	if err := c.ctx.Err(); err != nil {
 		c.report.finish(StopCanceled)
-		e := &Error{Decision: StopCanceled, Err: err, url: req.URL}
+		e := &Error{Decision: StopCanceled, Err: err, url: urlCopy(req.URL)}
 		c.end(nil, e, StopCanceled, true)
 		return e
 	}
@@ -415,8 +416,12 @@ func (c *call) observe() {
 func (c *call) record() {
 	o := &c.o
 	b := c.budget()
+	var u *url.URL
+	if o.err != nil {
+		u = urlCopy(o.sent.URL) // the error's text is redacted with it, whatever the caller does next
+	}
 	c.t.observe(c.ctx, c.report, b, Attempt{
-		Request: o.sent, Number: o.number, Err: o.err, Class: o.class, Retrying: o.retrying,
+		Request: o.sent, url: u, Number: o.number, Err: o.err, Class: o.class, Retrying: o.retrying,
 		Decision: c.v.decision, Delay: c.v.delay, DelaySource: c.v.src,
 		Tokens: b.Available(), Duration: time.Since(o.start),
 		Hedges: int(o.hedges.sent), HedgeWon: o.hedges.won, HedgesRefused: int(o.hedges.refused),
@@ -435,7 +440,7 @@ func (c *call) finish() (*http.Response, error) {
 	}
 	resp := c.o.resp
 	if resp == nil {
-		e := &Error{Attempts: c.n, Decision: d, Err: c.o.err, url: c.req.URL}
+		e := &Error{Attempts: c.n, Decision: d, Err: c.o.err, url: urlCopy(c.req.URL)}
 		c.end(nil, e, d, false)
 		return nil, e
 	}
@@ -497,7 +502,7 @@ func (c *call) stopBefore(why error) error {
 	if c.o.err != nil {
 		cause = fmt.Errorf("%w; last attempt: %w", why, c.o.err)
 	}
-	e := &Error{Attempts: c.n, Decision: d, Err: cause, url: c.req.URL}
+	e := &Error{Attempts: c.n, Decision: d, Err: cause, url: urlCopy(c.req.URL)}
 	c.end(nil, e, d, true)
 	return e
 }

@@ -32,20 +32,15 @@ type hedgeStats struct {
 }
 
 // hedgeable reports whether this request's attempts may be hedged: hedging
-// is on, the method is idempotent, the request carries no idempotency key,
-// and its body, if any, can be had again for each copy. A keyed request is
-// not hedged: a server that deduplicates keys answers a copy that arrives
-// while another is in progress with 409 Conflict (the IETF Idempotency-Key
-// draft, Stripe), an answer that would win the race though the work is
-// being done.
+// is on, the method is idempotent, and its body, if any, can be had again
+// for each copy. A write is not hedged, even with an idempotency key: a
+// server that deduplicates keys answers a copy that arrives while another
+// is in progress with 409 Conflict (the IETF Idempotency-Key draft,
+// Stripe), an answer that would win the race though the write is being
+// done.
 func (p *Policy) hedgeable(req *http.Request) bool {
-	if p.HedgeDelay <= 0 && p.hedgeQuantile() == 0 || !idempotentMethod(req.Method) {
-		return false
-	}
-	if _, keyed := headerKey(req.Header, p.idempotencyHeader()); keyed {
-		return false
-	}
-	return req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+	return (p.HedgeDelay > 0 || p.hedgeQuantile() > 0) && idempotentMethod(req.Method) &&
+		(req.Body == nil || req.Body == http.NoBody || req.GetBody != nil)
 }
 
 // hedgeQuantile is HedgeQuantile, or 0 when it is not a quantile.

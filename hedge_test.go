@@ -1472,3 +1472,50 @@ func TestHedgedCopiesOwnTheirRequestsOverLoopback(t *testing.T) {
 		req.Header.Set("X-Call", strconv.Itoa(i))
 	}
 }
+
+// A key on an idempotent request does not stop hedging: the 409 a
+// deduplicating server gives a copy of a write in progress concerns writes
+// (the IETF draft's key is for non-idempotent methods). The AWS SDK sends
+// its invocation id, AWSPolicy's idempotency header, on every request, an
+// S3 GetObject included.
+func TestKeyedReadsAreHedged(t *testing.T) {
+	tests := []struct {
+		name, header, value string
+		policy              Policy
+	}{
+		{"AWSPolicy's invocation id on an S3 GET", "Amz-Sdk-Invocation-Id", "7d2c8b5e-6a1f-4a0e-9d7b-2f6a1c3e9b10",
+			Policy{IdempotencyHeader: "Amz-Sdk-Invocation-Id", HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1}},
+		{"a GET with an Idempotency-Key (Stripe: no effect on GET)", "Idempotency-Key", "k-1",
+			Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var calls atomic.Int32
+				base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+					if calls.Add(1) == 1 { // the first copy is slow
+						select {
+						case <-r.Context().Done():
+							return nil, r.Context().Err()
+						case <-time.After(time.Second):
+						}
+					}
+					return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("ok")), Request: r}, nil
+				})
+				tr := &Transport{Base: base, Policy: tt.policy}
+				req := mustReq(t, "GET", "https://bucket.s3.us-east-1.amazonaws.com/object")
+				req.Header.Set(tt.header, tt.value)
+				start := time.Now()
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if took := time.Since(start); took != 10*time.Millisecond || calls.Load() != 2 {
+					t.Errorf("took %v with %d copies; want the hedge's answer after 10ms, 2 copies", took, calls.Load())
+				}
+			})
+		})
+	}
+}

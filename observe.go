@@ -144,6 +144,8 @@ type Attempt struct {
 	// PermitWait is how long this attempt waited for a send permit from the
 	// RateLimiter, beyond any backoff.
 	PermitWait time.Duration
+
+	url *url.URL // with Err, a copy of Request.URL as sent, for its text
 }
 
 // A RequestEnd is how one request ended, passed to Transport.OnEnd as
@@ -185,7 +187,7 @@ func (a Attempt) String() string {
 	}
 	b.WriteString(": ")
 	if a.Err != nil {
-		b.WriteString(errStringFor(a.Err, requestURL(a.Request)))
+		b.WriteString(errStringFor(a.Err, a.sentURL()))
 	} else {
 		b.WriteString(itoa(a.Status))
 	}
@@ -217,7 +219,7 @@ func (a Attempt) attrs() []slog.Attr {
 		slog.String("class", a.Class.String()),
 		slog.String("decision", a.Decision.String()))
 	if a.Err != nil {
-		attrs = append(attrs, slog.String("error", errStringFor(a.Err, requestURL(a.Request))))
+		attrs = append(attrs, slog.String("error", errStringFor(a.Err, a.sentURL())))
 	} else {
 		attrs = append(attrs, slog.Int("status", a.Status))
 	}
@@ -249,7 +251,7 @@ type Error struct {
 	// Err is the cause.
 	Err error
 
-	url *url.URL // the request's, whose secrets stay out of the text
+	url *url.URL // a copy of the request's, whose secrets stay out of the text
 }
 
 func (e *Error) Error() string {
@@ -304,7 +306,7 @@ func errString(err error) string {
 	walkChain(err, func(e error) bool {
 		if u, ok := e.(*url.Error); ok {
 			full = strings.ReplaceAll(full, u.Error(), redactURLError(u))
-			secrets = append(secrets, urlSecrets(u.URL)...)
+			secrets = append(secrets, urlSecrets(u.URL, minSecret)...)
 		}
 		return false
 	})
@@ -319,28 +321,52 @@ func errString(err error) string {
 // errStringFor renders err as errString does, and keeps the secrets of u,
 // the URL of the request err came from, out of text that names it other
 // than in a *url.Error: a base's own message ("GET <url> giving up") or a
-// wrapper's. The URL is shown redacted, and each secret left is replaced.
+// wrapper's. The URL is shown redacted, and each secret left elsewhere in
+// the text is replaced; a query value only if it is minReplaced bytes or
+// longer.
 func errStringFor(err error, u *url.URL) string {
 	s := errString(err)
 	if u == nil || u.User == nil && u.RawQuery == "" && u.Fragment == "" {
 		return s
 	}
-	raw := u.String()
-	s = strings.ReplaceAll(s, raw, redactURL(u))
-	secrets := urlSecrets(raw)
+	raw, shown := u.String(), redactURL(u)
+	const hole = "\x00url\x00" // the URL, put back redacted once the secrets are out
+	s = strings.ReplaceAll(strings.ReplaceAll(s, raw, hole), shown, hole)
+	secrets := urlSecrets(raw, minReplaced)
 	slices.SortFunc(secrets, func(a, b string) int { return len(b) - len(a) }) // a secret may hold another
 	for _, secret := range secrets {
 		s = strings.ReplaceAll(s, secret, "[redacted]")
 	}
-	return s
+	return strings.ReplaceAll(s, hole, shown)
 }
 
-// requestURL is r's URL, or nil.
-func requestURL(r *http.Request) *url.URL {
-	if r == nil {
+// minReplaced is the shortest query value errStringFor replaces wherever it
+// appears: a shorter one (a state, a region, a page number) would take
+// words out of the message, and is rarely a credential; the query as a
+// whole is always replaced.
+const minReplaced = 8
+
+// sentURL is the URL the attempt was sent to: the copy taken with its
+// error, or Request's, or nil.
+func (a Attempt) sentURL() *url.URL {
+	if a.url != nil {
+		return a.url
+	}
+	if a.Request != nil {
+		return a.Request.URL
+	}
+	return nil
+}
+
+// urlCopy returns a copy of u (nil for nil): what the caller does with its
+// request once RoundTrip has returned, as it may, then neither changes nor
+// races what an error says.
+func urlCopy(u *url.URL) *url.URL {
+	if u == nil {
 		return nil
 	}
-	return r.URL
+	c := *u
+	return &c
 }
 
 // minSecret is the shortest query value urlSecrets counts as a secret: a
@@ -349,8 +375,9 @@ func requestURL(r *http.Request) *url.URL {
 const minSecret = 4
 
 // urlSecrets lists what redactURL leaves out of raw: its user info (and
-// password), query and fragment, or raw itself if it does not parse.
-func urlSecrets(raw string) []string {
+// password), query and fragment, and the values in them of minValue bytes
+// or more, or raw itself if it does not parse.
+func urlSecrets(raw string, minValue int) []string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return []string{raw}
@@ -382,7 +409,7 @@ func urlSecrets(raw string) []string {
 		vals, _ := url.ParseQuery(part) // what parses, on an error too
 		for _, vs := range vals {
 			for _, v := range vs {
-				if len(v) >= minSecret {
+				if len(v) >= minValue {
 					s = append(s, v, url.QueryEscape(v))
 				}
 			}

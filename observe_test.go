@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -41,7 +42,7 @@ func TestOnAttemptReportsEveryAttempt(t *testing.T) {
 			if g.Request == nil || g.Request.Header.Get(DefaultIdempotencyHeader) == "" {
 				t.Errorf("attempt %d: got no request with a key in the hook", i+1)
 			}
-			g.Request = nil
+			g.Request, g.url = nil, nil
 			if !errors.Is(g.Err, want[i].Err) {
 				t.Errorf("attempt %d: got error %v; want %v", i+1, g.Err, want[i].Err)
 			}
@@ -609,6 +610,104 @@ func TestErrorTextNeverShowsTheRequestsSecrets(t *testing.T) {
 				if !strings.Contains(w.text, tt.keep) {
 					t.Errorf("%s lost %q: %s", w.where, tt.keep, strings.TrimSpace(w.text))
 				}
+			}
+		})
+	}
+}
+
+// The RoundTripper contract lets the caller change or reuse its request once
+// RoundTrip has returned (a polling loop that re-signs its query, a pager
+// that sets the next token): an error printed after that is still redacted
+// with the URL it was sent to, a copy the error keeps (it used to keep the
+// caller's URL, and printed the old token once the caller set a new one).
+func TestErrorTextAfterTheCallerReusesItsRequest(t *testing.T) {
+	base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		// go-retryablehttp's shape, which 7f66616 set out to redact
+		return nil, fmt.Errorf("%s %s giving up after 1 attempt(s): %w", r.Method, r.URL, syscall.ECONNRESET)
+	})
+	tr := &Transport{Base: base, Policy: Policy{MaxAttempts: 1}}
+	req := mustReq(t, "GET", "https://api.test/v1/items?token=first-secret-1111")
+	_, err := tr.RoundTrip(req)
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	before := err.Error()
+	// The request is the caller's again: the next page, a new token.
+	req.URL.RawQuery = "token=second-secret-2222"
+	after := err.Error()
+	if strings.Contains(before, "first-secret") {
+		t.Fatalf("setup: redaction failed even before reuse: %s", before)
+	}
+	if strings.Contains(after, "first-secret") {
+		t.Errorf("the same *Error, formatted after the caller reused its request, carries the first token:\nbefore reuse: %s\nafter reuse:  %s", before, after)
+	}
+}
+
+// The same through a Report: an attempt that failed keeps a copy of the URL
+// it was sent to, and Attempt.String redacts with it, not with whatever the
+// caller's request holds when it is printed.
+func TestReportAttemptTextAfterTheCallerReusesItsRequest(t *testing.T) {
+	base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		return nil, fmt.Errorf("%s %s giving up: %w", r.Method, r.URL, syscall.ECONNRESET)
+	})
+	tr := &Transport{Base: base, Policy: Policy{MaxAttempts: 1}}
+	var rep Report
+	req := mustReq(t, "GET", "https://api.test/v1/items?token=first-secret-1111")
+	req = req.WithContext(WithReport(req.Context(), &rep))
+	tr.RoundTrip(req)
+	req.URL.RawQuery = "token=second-secret-2222"
+	if len(rep.Attempts) != 1 {
+		t.Fatalf("got %d attempts", len(rep.Attempts))
+	}
+	if s := rep.Attempts[0].String(); strings.Contains(s, "first-secret") {
+		t.Errorf("Report's attempt, printed after the caller reused its request, carries the first token: %s", s)
+	}
+}
+
+// An error handed to an asynchronous logger while the caller goes on with
+// its request: Error() reads the error's own copy of the URL, never the
+// caller's (the race detector reported a race when it read the caller's).
+func TestErrorTextDoesNotRaceTheCallersNextRequest(t *testing.T) {
+	base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		return nil, errors.New("connection reset")
+	})
+	tr := &Transport{Base: base, Policy: Policy{MaxAttempts: 1}}
+	req := mustReq(t, "GET", "https://api.test/v1/items?token=first-secret-1111")
+	_, err := tr.RoundTrip(req)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // the logger
+		defer wg.Done()
+		_ = err.Error()
+	}()
+	req.URL.RawQuery = "token=second-secret-2222" // allowed: RoundTrip returned
+	wg.Wait()
+}
+
+// Redaction takes out secrets, not words: a short query value
+// (GitHub's ?state=closed) is not taken out of net/http's own wording, and a
+// value that is part of the URL's host or scheme (?region=eu-west-1,
+// ?proto=https) does not garble the redacted URL shown.
+func TestErrorTextKeepsWhatIsNotASecret(t *testing.T) {
+	tests := []struct {
+		name, raw, msg, keep string
+	}{
+		{"net/http's wording", "https://api.github.com/repos/o/r/issues?state=closed",
+			"http: server closed idle connection", "server closed idle connection"},
+		{"the host", "https://s3.eu-west-1.amazonaws.com/bucket/key?region=eu-west-1",
+			"connection reset by peer", "https://s3.eu-west-1.amazonaws.com/bucket/key"},
+		{"the scheme", "https://api.test/v1/callback?proto=https",
+			"connection reset by peer", "https://api.test/v1/callback"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+				return nil, &url.Error{Op: "Get", URL: r.URL.String(), Err: errors.New(tt.msg)}
+			})
+			tr := &Transport{Base: base, Policy: Policy{MaxAttempts: 1}}
+			_, err := tr.RoundTrip(mustReq(t, "GET", tt.raw))
+			if got := err.Error(); !strings.Contains(got, tt.keep) {
+				t.Errorf("Error() lost %q, which is no secret:\n%s", tt.keep, got)
 			}
 		})
 	}

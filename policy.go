@@ -92,10 +92,11 @@ type Policy struct {
 	NewIdempotencyKey func() string
 
 	// HedgeDelay turns hedging on: when an attempt of a request that may be
-	// sent twice (GET, HEAD, OPTIONS, TRACE, PUT or DELETE, with no
-	// idempotency key: a server that deduplicates keys answers a copy sent
-	// while another is in progress with 409 Conflict; a body only through
-	// GetBody) has had no answer for HedgeDelay, another copy is sent, and
+	// sent twice (GET, HEAD, OPTIONS, TRACE, PUT or DELETE; not a write,
+	// even with an idempotency key: a server that deduplicates keys answers
+	// a copy sent while another is in progress with 409 Conflict; a body
+	// only through GetBody) has had no answer for HedgeDelay, another copy
+	// is sent, and
 	// the first answer that is not a retryable failure wins; the other
 	// copies are canceled, drained and closed. Hedges are limited to
 	// HedgeRatio of the requests; one that cannot be sent yet is asked for

@@ -59,15 +59,18 @@ func ParseRetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 }
 
 // rfc850Year reads the two-digit year of an RFC 850 date t as RFC 9110
-// §5.6.7 requires (time.Parse puts it between 1969 and 2068): in now's
-// century, unless that is more than 50 years after now, in which case it is
-// the century before.
+// §5.6.7 requires (time.Parse puts it between 1969 and 2068): the latest
+// year with those last two digits that is not more than 50 years after now.
 func rfc850Year(t, now time.Time) time.Time {
-	y := now.Year() - now.Year()%100 + t.Year()%100
-	if y > now.Year()+50 {
-		y -= 100
+	limit := now.AddDate(50, 0, 0)
+	in := func(y int) time.Time {
+		return time.Date(y, t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), t.Location())
 	}
-	return time.Date(y, t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), t.Location())
+	d := in(now.Year() - now.Year()%100 + t.Year()%100 + 100) // the next century's
+	for d.After(limit) {
+		d = in(d.Year() - 100)
+	}
+	return d
 }
 
 // single returns the one value of a header, trimmed of surrounding spaces;

@@ -150,3 +150,31 @@ func TestBadServerDelays(t *testing.T) {
 		}
 	}
 }
+
+// RFC 9110 §5.6.7: an RFC 850 date's two-digit year is the latest with
+// those digits that is not more than 50 years after now, measured as
+// instants: across a century change, and at the 50-year edge.
+func TestParseRetryAfterRFC850Years(t *testing.T) {
+	tests := []struct {
+		name  string
+		now   time.Time
+		value string
+		want  time.Duration
+	}{
+		{"20 s ahead, across 2100", time.Date(2099, 12, 31, 23, 59, 50, 0, time.UTC),
+			"Friday, 01-Jan-00 00:00:10 GMT", 20 * time.Second},
+		{"the same in IMF-fixdate (control)", time.Date(2099, 12, 31, 23, 59, 50, 0, time.UTC),
+			"Fri, 01 Jan 2100 00:00:10 GMT", 20 * time.Second},
+		{"50 years and 11 months ahead is in the past", time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+			"Thursday, 31-Dec-76 00:00:00 GMT", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := http.Header{"Retry-After": {tt.value}}
+			got, ok := ParseRetryAfter(h, tt.now)
+			if !ok || got != tt.want {
+				t.Errorf("ParseRetryAfter(%q) at %v = %v, %v; want %v, true", tt.value, tt.now, got, ok, tt.want)
+			}
+		})
+	}
+}
