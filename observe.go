@@ -322,22 +322,24 @@ func errString(err error) string {
 // the URL of the request err came from, out of text that names it other
 // than in a *url.Error: a base's own message ("GET <url> giving up") or a
 // wrapper's. The URL is shown redacted, and each secret left elsewhere in
-// the text is replaced; a query value only if it is minReplaced bytes or
-// longer.
+// the text is replaced, unless it is too short to tell from the text's own
+// words (under minSecret bytes; a query value alone, under minReplaced) or
+// is part of what the redacted URL shows anyway (its scheme, host, path).
 func errStringFor(err error, u *url.URL) string {
 	s := errString(err)
 	if u == nil || u.User == nil && u.RawQuery == "" && u.Fragment == "" {
 		return s
 	}
 	raw, shown := u.String(), redactURL(u)
-	const hole = "\x00url\x00" // the URL, put back redacted once the secrets are out
-	s = strings.ReplaceAll(strings.ReplaceAll(s, raw, hole), shown, hole)
+	s = strings.ReplaceAll(s, raw, shown)
 	secrets := urlSecrets(raw, minReplaced)
 	slices.SortFunc(secrets, func(a, b string) int { return len(b) - len(a) }) // a secret may hold another
 	for _, secret := range secrets {
-		s = strings.ReplaceAll(s, secret, "[redacted]")
+		if len(secret) >= minSecret && !strings.Contains(shown, secret) {
+			s = strings.ReplaceAll(s, secret, "[redacted]")
+		}
 	}
-	return strings.ReplaceAll(s, hole, shown)
+	return s
 }
 
 // minReplaced is the shortest query value errStringFor replaces wherever it

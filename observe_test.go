@@ -712,3 +712,71 @@ func TestErrorTextKeepsWhatIsNotASecret(t *testing.T) {
 		})
 	}
 }
+
+// errTextOf runs one GET of raw through a Transport whose base fails with
+// mk's error, and returns the *Error's text.
+func errTextOf(t *testing.T, raw string, mk func(r *http.Request) error) string {
+	t.Helper()
+	base := roundTripperFunc(func(r *http.Request) (*http.Response, error) { return nil, mk(r) })
+	tr := &Transport{Base: base, Policy: Policy{MaxAttempts: 1}}
+	_, err := tr.RoundTrip(mustReq(t, "GET", raw))
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	return err.Error()
+}
+
+// A URL whose redacted form is empty (only a query or a fragment, which a
+// base of one's own may take): its secrets are still replaced.
+func TestErrorTextOfAURLWithOnlyAQueryOrFragment(t *testing.T) {
+	tests := []struct {
+		name, raw, secret string
+		mk                func(r *http.Request) error
+	}{
+		{"query only", "?token=supersecret-1", "supersecret-1", func(r *http.Request) error {
+			return fmt.Errorf("token %s rejected", r.URL.Query().Get("token"))
+		}},
+		{"fragment only", "#access_token=supersecret-1", "supersecret-1", func(r *http.Request) error {
+			return fmt.Errorf("fragment %s rejected", r.URL.Fragment)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := errTextOf(t, tt.raw, tt.mk); strings.Contains(got, tt.secret) {
+				t.Errorf("Error() shows the secret %q: %q", tt.secret, got)
+			}
+		})
+	}
+}
+
+// A secret that holds the redacted URL (a same-origin return_to or next in
+// the query) is still replaced whole.
+func TestErrorTextOfASecretHoldingTheURL(t *testing.T) {
+	tests := []struct {
+		name, raw, secret string
+		mk                func(r *http.Request) error
+	}{
+		{"the raw query printed", "https://api.test/?return_to=https://api.test/home&sig=abc12", "sig=abc12",
+			func(r *http.Request) error { return fmt.Errorf("bad params %s", r.URL.RawQuery) }},
+		{"a long value printed", "https://h.test?next=https://h.test/account/SESSION-0123456789", "SESSION-0123456789",
+			func(r *http.Request) error { return fmt.Errorf("redirect to %s failed", r.URL.Query().Get("next")) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := errTextOf(t, tt.raw, tt.mk); strings.Contains(got, tt.secret) {
+				t.Errorf("Error() shows the secret %q: %q", tt.secret, got)
+			}
+		})
+	}
+}
+
+// A query too short to be told from the text's own words ("?url") leaves
+// the text whole, with the URL shown redacted.
+func TestErrorTextOfAShortQuery(t *testing.T) {
+	got := errTextOf(t, "https://api.test/v1/items?url", func(r *http.Request) error {
+		return fmt.Errorf("%s %s giving up: %w", r.Method, r.URL, syscall.ECONNRESET)
+	})
+	if !strings.Contains(got, "GET https://api.test/v1/items giving up") {
+		t.Errorf("Error() = %q; want the redacted URL in the text, whole", got)
+	}
+}
