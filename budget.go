@@ -59,6 +59,14 @@ type ContextBudget interface {
 	WithdrawContext(ctx context.Context, c Class) (t Tokens, ok bool)
 }
 
+// withdraw asks b for a retry of class c, with ctx if b is a ContextBudget.
+func withdraw(ctx context.Context, b RetryBudget, c Class) (Tokens, bool) {
+	if cb, ok := b.(ContextBudget); ok {
+		return cb.WithdrawContext(ctx, c)
+	}
+	return b.Withdraw(c)
+}
+
 // Tokens are what a RetryBudget paid for one retry. The
 // Transport holds them from the decision to retry until the retry's fate is
 // known, then settles them exactly once: it gives them back to their Payer

@@ -89,9 +89,7 @@ func (c *call) start(t *Transport, req *http.Request) error {
 	c.report, c.ov = rv.report, rv.override
 	if err := c.ctx.Err(); err != nil {
 		c.report.finish(StopCanceled)
-		e := &Error{Decision: StopCanceled, Err: err, url: urlCopy(req.URL)}
-		c.end(nil, e, StopCanceled, true)
-		return e
+		return c.fail(StopCanceled, err, true)
 	}
 	p := &t.Policy
 	c.max = p.maxAttempts()
@@ -372,24 +370,18 @@ func (c *call) weigh() verdict {
 		v.decision = StopDeadline
 		return v
 	}
-	var paid Tokens
-	var ok bool
-	if cb, isCB := c.budget().(ContextBudget); isCB {
-		paid, ok = cb.WithdrawContext(c.ctx, o.class)
-	} else {
-		paid, ok = c.budget().Withdraw(o.class)
-	}
-	if ok {
-		c.paid = paid
-	}
-	if c.ctx.Err() != nil { // the context ended while the budget decided
-		c.paid.refund(false)
+	paid, ok := withdraw(c.ctx, c.budget(), o.class)
+	switch {
+	case c.ctx.Err() != nil: // the context ended while the budget decided
+		if ok {
+			paid.refund(false)
+		}
 		return verdict{decision: StopCanceled}
-	}
-	if !ok {
+	case !ok:
 		v.decision = StopBudget // a refusal pays nothing, whatever it returned
 		return v
 	}
+	c.paid = paid
 	if lim := c.lim; lim != nil && !lim.admits(c.ctx, v.delay) {
 		c.paid.refund(false)
 		v.decision = StopRateLimited
@@ -440,9 +432,7 @@ func (c *call) finish() (*http.Response, error) {
 	}
 	resp := c.o.resp
 	if resp == nil {
-		e := &Error{Attempts: c.n, Decision: d, Err: c.o.err, url: urlCopy(c.req.URL)}
-		c.end(nil, e, d, false)
-		return nil, e
+		return nil, c.fail(d, c.o.err, false)
 	}
 	c.end(resp, nil, d, false) // before the response is handed on: a panicking hook leaves it to cleanup
 	release, cancel := c.o.release, c.cancel
@@ -502,8 +492,16 @@ func (c *call) stopBefore(why error) error {
 	if c.o.err != nil {
 		cause = fmt.Errorf("%w; last attempt: %w", why, c.o.err)
 	}
+	return c.fail(d, cause, true)
+}
+
+// fail ends the call with an *Error: the attempts made, decision d, the
+// cause, and a copy of the request's URL, whose secrets stay out of the
+// error's text whatever the caller does with its request next. OnEnd sees
+// it first.
+func (c *call) fail(d Decision, cause error, abandoned bool) *Error {
 	e := &Error{Attempts: c.n, Decision: d, Err: cause, url: urlCopy(c.req.URL)}
-	c.end(nil, e, d, true)
+	c.end(nil, e, d, abandoned)
 	return e
 }
 

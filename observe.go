@@ -342,10 +342,10 @@ func errStringFor(err error, u *url.URL) string {
 	return s
 }
 
-// minReplaced is the shortest query value errStringFor replaces wherever it
-// appears: a shorter one (a state, a region, a page number) would take
-// words out of the message, and is rarely a credential; the query as a
-// whole is always replaced.
+// minReplaced is the shortest query value errStringFor replaces on its own
+// wherever it appears: a shorter one (a state, a region, a page number)
+// would take words out of the message, and is rarely a credential. The
+// query as a whole is replaced from minSecret bytes.
 const minReplaced = 8
 
 // sentURL is the URL the attempt was sent to: the copy taken with its

@@ -2,7 +2,6 @@ package retryhttp
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -462,108 +461,6 @@ func TestErrorTextNeverShowsAUserNameOrFragmentValue(t *testing.T) {
 		if got := (&Error{Attempts: 1, Decision: Done, Err: err}).Error(); strings.Contains(got, "S3CRET") {
 			t.Errorf("got %q; want no %q in it", got, "S3CRET")
 		}
-	}
-}
-
-func TestOnEndSeesEveryEnd(t *testing.T) {
-	canceled, cancelNow := context.WithCancel(context.Background())
-	cancelNow()
-	tests := []struct {
-		name   string
-		steps  []rht.Step
-		method string
-		policy Policy
-		ctx    context.Context // nil: Background
-		within time.Duration   // the request's deadline, if not 0
-		cancel time.Duration   // when the request is canceled, if not 0
-		paused bool            // the Limiter is paused for 2 s by another request's 429
-		want   RequestEnd
-	}{
-		{name: "success", steps: []rht.Step{rht.Status(200).WithDelay(10 * time.Millisecond)},
-			want: RequestEnd{Attempts: 1, Decision: Done, Status: 200}},
-		{name: "retried to a success", steps: []rht.Step{rht.Status(503), rht.RetryAfter(503, "1"), rht.Status(200)},
-			want: RequestEnd{Attempts: 3, Decision: Done, Status: 200}},
-		{name: "attempts exhausted", steps: []rht.Step{rht.Status(503).Times(3)},
-			want: RequestEnd{Attempts: 3, Decision: StopAttempts, Status: 503}},
-		{name: "not retryable", steps: []rht.Step{rht.Status(404)},
-			want: RequestEnd{Attempts: 1, Decision: Done, Status: 404}},
-		{name: "an unkeyed write's error", steps: []rht.Step{{Err: errReset}}, method: "POST", policy: Policy{NoIdempotencyKeys: true},
-			want: RequestEnd{Attempts: 1, Decision: StopNotIdempotent}},
-		{name: "canceled in the wait for a retry", steps: []rht.Step{rht.RetryAfter(503, "5")},
-			cancel: time.Second,
-			want:   RequestEnd{Attempts: 1, Decision: StopCanceled, Abandoned: true}},
-		{name: "canceled before its first attempt", steps: []rht.Step{rht.Status(200)}, ctx: canceled,
-			want: RequestEnd{Decision: StopCanceled, Abandoned: true}},
-		{name: "no permit for its first attempt", steps: []rht.Step{rht.Status(200)}, paused: true, within: time.Second,
-			want: RequestEnd{Decision: StopRateLimited, Abandoned: true}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				var lim *RateLimiter
-				if tt.paused {
-					lim = &RateLimiter{}
-					other := &Transport{Base: rht.NewTransport(rht.RetryAfter(429, "2")), Limiter: lim, Policy: Policy{MaxAttempts: 1}}
-					roundTrip(t, other, newReq(t, "GET", ""))
-				}
-				var (
-					seen  []string // the hooks, in the order they ran
-					ends  []RequestEnd
-					attem []Attempt
-				)
-				tt.policy.Rand = lowRand
-				tr := &Transport{Base: rht.NewTransport(tt.steps...), Policy: tt.policy, Limiter: lim,
-					OnAttempt: func(a Attempt) { seen = append(seen, "attempt"); attem = append(attem, a) },
-					OnEnd:     func(e RequestEnd) { seen = append(seen, "end"); ends = append(ends, e) }}
-				method := cmp.Or(tt.method, "GET")
-				req := newReq(t, method, "x")
-				ctx := cmp.Or(tt.ctx, context.Background())
-				if tt.within > 0 {
-					var cancel context.CancelFunc
-					ctx, cancel = context.WithTimeout(ctx, tt.within)
-					defer cancel()
-				}
-				if tt.cancel > 0 {
-					var cancel context.CancelFunc
-					ctx, cancel = context.WithCancel(ctx)
-					time.AfterFunc(tt.cancel, cancel)
-				}
-				req = req.WithContext(ctx)
-				start := time.Now()
-				resp, err := tr.RoundTrip(req)
-				took := time.Since(start)
-				if resp != nil {
-					resp.Body.Close()
-				}
-				if len(ends) != 1 {
-					t.Fatalf("OnEnd called %d times; want 1", len(ends))
-				}
-				got := ends[0]
-				if got.Request != req {
-					t.Errorf("got Request %p; want the caller's %p", got.Request, req)
-				}
-				if got.Err != err {
-					t.Errorf("got Err %v; want RoundTrip's %v", got.Err, err)
-				}
-				if got.Duration != took {
-					t.Errorf("got Duration %v; want %v", got.Duration, took)
-				}
-				var e *Error
-				if err != nil && (!errors.As(err, &e) || e.Decision != got.Decision || e.Attempts != got.Attempts) {
-					t.Errorf("got %+v with error %v; want the error's decision and attempts", got, err)
-				}
-				got.Request, got.Err, got.Duration = nil, nil, 0
-				if got != tt.want {
-					t.Errorf("got %+v; want %+v", got, tt.want)
-				}
-				if want := append(slices.Repeat([]string{"attempt"}, len(attem)), "end"); !slices.Equal(seen, want) {
-					t.Errorf("hooks ran %v; want %v", seen, want)
-				}
-				if got.Abandoned && len(attem) > 0 && attem[len(attem)-1].Decision != Retry {
-					t.Errorf("abandoned after an attempt that decided %v; want Retry", attem[len(attem)-1].Decision)
-				}
-			})
-		})
 	}
 }
 

@@ -1,12 +1,14 @@
 package retryhttp
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,6 +68,120 @@ func (b *randomBase) RoundTrip(r *http.Request) (*http.Response, error) {
 		return mk(404), nil
 	default:
 		return mk(101), nil
+	}
+}
+
+func TestOnEndSeesEveryEnd(t *testing.T) {
+	canceled, cancelNow := context.WithCancel(context.Background())
+	cancelNow()
+	tests := []struct {
+		name   string
+		steps  []rht.Step
+		method string
+		policy Policy
+		ctx    context.Context // nil: Background
+		within time.Duration   // the request's deadline, if not 0
+		cancel time.Duration   // when the request is canceled, if not 0
+		paused bool            // the Limiter is paused for 2 s by another request's 429
+		want   RequestEnd
+	}{
+		{name: "success", steps: []rht.Step{rht.Status(200).WithDelay(10 * time.Millisecond)},
+			want: RequestEnd{Attempts: 1, Decision: Done, Status: 200}},
+		{name: "retried to a success", steps: []rht.Step{rht.Status(503), rht.RetryAfter(503, "1"), rht.Status(200)},
+			want: RequestEnd{Attempts: 3, Decision: Done, Status: 200}},
+		{name: "attempts exhausted", steps: []rht.Step{rht.Status(503).Times(3)},
+			want: RequestEnd{Attempts: 3, Decision: StopAttempts, Status: 503}},
+		{name: "not retryable", steps: []rht.Step{rht.Status(404)},
+			want: RequestEnd{Attempts: 1, Decision: Done, Status: 404}},
+		{name: "an unkeyed write's error", steps: []rht.Step{{Err: errReset}}, method: "POST", policy: Policy{NoIdempotencyKeys: true},
+			want: RequestEnd{Attempts: 1, Decision: StopNotIdempotent}},
+		{name: "canceled in the wait for a retry", steps: []rht.Step{rht.RetryAfter(503, "5")},
+			cancel: time.Second,
+			want:   RequestEnd{Attempts: 1, Decision: StopCanceled, Abandoned: true}},
+		{name: "canceled before its first attempt", steps: []rht.Step{rht.Status(200)}, ctx: canceled,
+			want: RequestEnd{Decision: StopCanceled, Abandoned: true}},
+		{name: "no permit for its first attempt", steps: []rht.Step{rht.Status(200)}, paused: true, within: time.Second,
+			want: RequestEnd{Decision: StopRateLimited, Abandoned: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var lim *RateLimiter
+				if tt.paused {
+					lim = &RateLimiter{}
+					other := &Transport{Base: rht.NewTransport(rht.RetryAfter(429, "2")), Limiter: lim, Policy: Policy{MaxAttempts: 1}}
+					roundTrip(t, other, newReq(t, "GET", ""))
+				}
+				var (
+					seen  []string // the hooks, in the order they ran
+					ends  []RequestEnd
+					attem []Attempt
+				)
+				tt.policy.Rand = lowRand
+				tr := &Transport{Base: rht.NewTransport(tt.steps...), Policy: tt.policy, Limiter: lim,
+					OnAttempt: func(a Attempt) { seen = append(seen, "attempt"); attem = append(attem, a) },
+					OnEnd:     func(e RequestEnd) { seen = append(seen, "end"); ends = append(ends, e) }}
+				method := cmp.Or(tt.method, "GET")
+				req := newReq(t, method, "x")
+				ctx := cmp.Or(tt.ctx, context.Background())
+				if tt.within > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tt.within)
+					defer cancel()
+				}
+				if tt.cancel > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithCancel(ctx)
+					time.AfterFunc(tt.cancel, cancel)
+				}
+				req = req.WithContext(ctx)
+				start := time.Now()
+				resp, err := tr.RoundTrip(req)
+				took := time.Since(start)
+				if resp != nil {
+					resp.Body.Close()
+				}
+				if len(ends) != 1 {
+					t.Fatalf("OnEnd called %d times; want 1", len(ends))
+				}
+				got := ends[0]
+				checkEnd(t, got, req, resp, err, took)
+				got.Request, got.Err, got.Duration = nil, nil, 0
+				if got != tt.want {
+					t.Errorf("got %+v; want %+v", got, tt.want)
+				}
+				if want := append(slices.Repeat([]string{"attempt"}, len(attem)), "end"); !slices.Equal(seen, want) {
+					t.Errorf("hooks ran %v; want %v", seen, want)
+				}
+				if got.Abandoned && len(attem) > 0 && attem[len(attem)-1].Decision != Retry {
+					t.Errorf("abandoned after an attempt that decided %v; want Retry", attem[len(attem)-1].Decision)
+				}
+			})
+		})
+	}
+}
+
+// checkEnd checks what OnEnd got against what RoundTrip, called with req,
+// returned after took: the caller's request, the same error (an *Error
+// whose decision and attempts it repeats), the response's status, and the
+// duration.
+func checkEnd(t *testing.T, e RequestEnd, req *http.Request, resp *http.Response, err error, took time.Duration) {
+	t.Helper()
+	if e.Request != req {
+		t.Errorf("got Request %p; want the caller's %p", e.Request, req)
+	}
+	if e.Err != err {
+		t.Errorf("got Err %v; want RoundTrip's %v", e.Err, err)
+	}
+	if resp != nil && e.Status != resp.StatusCode || resp == nil && e.Status != 0 {
+		t.Errorf("got Status %d; want the returned response's (%v)", e.Status, resp)
+	}
+	if e.Duration != took {
+		t.Errorf("got Duration %v; want %v", e.Duration, took)
+	}
+	var re *Error
+	if err != nil && (!errors.As(err, &re) || re.Decision != e.Decision || re.Attempts != e.Attempts) {
+		t.Errorf("got %+v with error %v; want the error's decision and attempts", e, err)
 	}
 }
 
@@ -137,21 +253,7 @@ func TestOnEndAgreesWithRoundTrip(t *testing.T) {
 						t.Errorf("req %d: hooks ran %v; want OnEnd last", i, seen)
 					}
 					e := ends[0]
-					if e.Err != err {
-						t.Errorf("req %d: Err %v; want %v", i, e.Err, err)
-					}
-					if resp != nil && e.Status != resp.StatusCode || resp == nil && e.Status != 0 {
-						t.Errorf("req %d: Status %d; resp %v", i, e.Status, resp)
-					}
-					if e.Duration != took {
-						t.Errorf("req %d: Duration %v; want %v", i, e.Duration, took)
-					}
-					var re *Error
-					if err != nil {
-						if !errors.As(err, &re) || re.Attempts != e.Attempts || re.Decision != e.Decision {
-							t.Errorf("req %d: end %+v; error %v", i, e, err)
-						}
-					}
+					checkEnd(t, e, req, resp, err, took)
 					if len(atts) > 0 {
 						last := atts[len(atts)-1]
 						if last.Number+last.Hedges != e.Attempts {
