@@ -73,8 +73,20 @@ func (q *hedgeQuota) take(keep int64) bool {
 	}
 }
 
-// refund gives back a hedge taken and not sent.
-func (q *hedgeQuota) refund() { q.units.Add(hedgeUnit) }
+// refund gives back a hedge: one taken and not sent, or one that won. It
+// never fills the quota past hedgeBurst: deposits made meanwhile may have
+// filled it already.
+func (q *hedgeQuota) refund() {
+	for {
+		cur := q.units.Load()
+		if cur >= hedgeBurst*hedgeUnit {
+			return
+		}
+		if q.units.CompareAndSwap(cur, min(cur+hedgeUnit, hedgeBurst*hedgeUnit)) {
+			return
+		}
+	}
+}
 
 // latency keeps a running quantile of attempt latencies, for an automatic
 // hedge delay: counts in buckets a quarter of a doubling wide (latencies

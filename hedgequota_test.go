@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -411,4 +412,71 @@ func TestHedgeQuotaEdges(t *testing.T) {
 	if !one.take(0) || one.take(0) {
 		t.Error("ratio 1: want exactly one hedge a request")
 	}
+}
+
+func TestHedgeShareCappedAfterWinningHedges(t *testing.T) {
+	// A hedge that wins gives its share back, but never past the cap
+	// (hedgeBurst, 10 hedges). 100 workers make 20 requests each, one
+	// first copy in ten slow and its hedge fast, so hedges win while the
+	// other requests fill the share. 200 fast requests then leave it full.
+	// In the all-slow spell that follows, 100 requests one after another
+	// find the 10 stored (the first one's share is lost: the share is full)
+	// and add 99 twentieths: 14 hedges, all of which lose.
+	synctest.Test(t, func(t *testing.T) {
+		var allSlow atomic.Bool
+		base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			d := time.Millisecond
+			if allSlow.Load() || (r.Header.Get("X-Slow") != "" && RequestAttempt(r) == 1) {
+				d = 100 * time.Millisecond
+			}
+			select {
+			case <-time.After(d):
+			case <-r.Context().Done():
+				return nil, r.Context().Err()
+			}
+			return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+		})
+		var won, lost atomic.Int32
+		tr := &Transport{Base: base, Policy: Policy{HedgeDelay: 10 * time.Millisecond, SendAttemptHeader: true},
+			OnAttempt: func(a Attempt) {
+				switch {
+				case a.HedgeWon:
+					won.Add(1)
+				case a.Hedges > 0:
+					lost.Add(int32(a.Hedges))
+				}
+			}}
+		send := func(slow bool) {
+			req := newReq(t, "GET", "")
+			if slow {
+				req.Header.Set("X-Slow", "1")
+			}
+			roundTrip(t, tr, req)
+		}
+		var wg sync.WaitGroup
+		for w := range 100 {
+			wg.Go(func() {
+				for i := range 20 {
+					send((w+i)%10 == 0)
+				}
+			})
+		}
+		wg.Wait()
+		for range 200 {
+			send(false)
+		}
+		if won.Load() == 0 {
+			t.Fatalf("got no hedge that won in the first spell; want some")
+		}
+		won.Store(0)
+		lost.Store(0)
+		allSlow.Store(true)
+		for range 100 {
+			send(false)
+		}
+		const burst = 10 // Policy.HedgeRatio: the share holds at most 10 hedges
+		if got := lost.Load(); got != burst+4 || won.Load() != 0 {
+			t.Errorf("got %d hedges that lost (%d won) in 100 slow requests; want %d, the %d the share holds at most and 4 of the 4.95 the other 99 add", got, won.Load(), burst+4, burst)
+		}
+	})
 }
