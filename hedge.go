@@ -2,6 +2,7 @@ package retryhttp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -125,11 +126,15 @@ type hedgeCopy struct {
 	report *Report
 }
 
-// A copyAnswer is what one copy came back with.
+// A copyAnswer is what one copy came back with. A copy whose base
+// panicked answers with the panic's value, for the call to panic with on
+// the caller's goroutine.
 type copyAnswer struct {
-	i    int
-	resp *http.Response
-	err  error
+	i        int
+	resp     *http.Response
+	err      error
+	panicked bool
+	value    any // the panic's
 }
 
 // launch sends req as the next copy on a goroutine of its own. An answer
@@ -150,22 +155,50 @@ func (r *race) launch(base http.RoundTripper, req *http.Request, hc hedgeCopy) {
 	// has returned and the caller, its response body closed, changes or
 	// reuses its request, as the RoundTripper contract allows.
 	req = req.Clone(ctx)
-	go func() {
-		resp, err := roundTripOnce(base, req)
-		r.mu.Lock()
-		if !r.over {
-			if i == 0 && r.lat != nil && r.ctx.Err() == nil {
-				r.lat.record(time.Since(r.start), r.q)
-				r.answered = true
-			}
-			r.answers <- copyAnswer{i, resp, err}
-			r.mu.Unlock()
-			return
-		}
-		r.mu.Unlock()
-		lateAnswer(r.pol, resp, err, hc)
-	}()
+	go r.run(base, req, i, hc)
 }
+
+// run sends copy i on its own goroutine. A panic in the base is recovered
+// here, where it would crash the process, and answered.
+func (r *race) run(base http.RoundTripper, req *http.Request, i int, hc hedgeCopy) {
+	a := copyAnswer{i: i, panicked: true}
+	defer r.answer(&a, hc) // on a panic too
+	a.resp, a.err = roundTripOnce(base, req)
+	a.panicked = false
+}
+
+// answer sends copy a's answer to the race, or disposes of it once the race
+// is over. As the deferred call of run, it recovers the base's panic: the
+// call panics with its value on the caller's goroutine, as it would without
+// hedging. A panic that comes once the race is over has no caller to reach
+// and ends only its copy. A base that exits its goroutine (runtime.Goexit)
+// fails the copy with errBaseExited.
+func (r *race) answer(a *copyAnswer, hc hedgeCopy) {
+	if a.panicked {
+		if a.value = recover(); a.value == nil {
+			a.panicked, a.err = false, errBaseExited
+		}
+	}
+	r.mu.Lock()
+	if !r.over {
+		if a.i == 0 && r.lat != nil && !a.panicked && r.ctx.Err() == nil {
+			r.lat.record(time.Since(r.start), r.q)
+			r.answered = true
+		}
+		r.answers <- *a
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Unlock()
+	if a.panicked {
+		a.err = fmt.Errorf("retryhttp: base RoundTripper panicked: %v", a.value)
+	}
+	lateAnswer(r.pol, a.resp, a.err, hc)
+}
+
+// errBaseExited is the error of a hedged copy whose base called
+// runtime.Goexit, so that the race does not wait for it forever.
+var errBaseExited = errors.New("retryhttp: base RoundTripper exited its goroutine without returning")
 
 // lateAnswer disposes of an answer that nobody listens for any more, on a
 // goroutine of its own, so that the winner never waits for a loser's drain.
@@ -278,6 +311,11 @@ func (c *call) sendHedged(delay time.Duration) {
 		select {
 		case a := <-r.answers:
 			inflight--
+			if a.panicked {
+				// As without hedging: the panic reaches the caller, and
+				// cleanup ends the race (c.race), which releases the copy.
+				panic(a.value)
+			}
 			o.resp, o.err = a.resp, a.err
 			o.release = r.copies[a.i].cancel // only the call appends
 			o.class = c.classify(a.resp, a.err)

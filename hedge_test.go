@@ -854,6 +854,7 @@ type scriptStep struct {
 	err   error
 	hang  bool // until the copy's context ends
 	deaf  bool // the delay ignores the copy's context
+	panic any  // the base panics with it after the delay
 }
 
 // scriptBase answers the copies in the order they are sent, and counts each
@@ -904,6 +905,9 @@ func (b *scriptBase) RoundTrip(r *http.Request) (*http.Response, error) {
 			timer.Stop()
 			return nil, ctx.Err()
 		}
+	}
+	if st.panic != nil {
+		panic(st.panic)
 	}
 	if st.err != nil {
 		return nil, st.err
@@ -1514,6 +1518,76 @@ func TestKeyedReadsAreHedged(t *testing.T) {
 				resp.Body.Close()
 				if took := time.Since(start); took != 10*time.Millisecond || calls.Load() != 2 {
 					t.Errorf("took %v with %d copies; want the hedge's answer after 10ms, 2 copies", took, calls.Load())
+				}
+			})
+		})
+	}
+}
+
+// basePanic is the value a scripted base panics with.
+type basePanic struct{ copy int }
+
+// A Base that panics, with hedging on: the panic reaches the caller's
+// recover with its value, as it does without hedging, whichever copy
+// panics, and once the race is over every body is closed once, every
+// context released, and every retry's Tokens settled once. A copy that
+// panics after RoundTrip returned has no caller to reach: the process goes
+// on.
+func TestHedgedBasePanicReachesTheCaller(t *testing.T) {
+	unav := func(d time.Duration) scriptStep { return scriptStep{delay: d, code: 503} }
+	boom := func(d time.Duration, i int) scriptStep { return scriptStep{delay: d, panic: basePanic{i}} }
+	tests := []struct {
+		name   string
+		policy Policy
+		steps  []scriptStep
+		want   any // nil: a 200 and no panic
+		spent  int // retries paid, sent and not known to succeed
+	}{
+		{"no hedge sent", Policy{HedgeDelay: time.Hour}, []scriptStep{boom(0, 0)}, basePanic{0}, 0},
+		{"the hedge, while the first copy runs", Policy{HedgeDelay: 10 * time.Millisecond},
+			[]scriptStep{{hang: true}, boom(5*time.Millisecond, 1)}, basePanic{1}, 0},
+		{"the first copy, while the hedge runs", Policy{HedgeDelay: 10 * time.Millisecond},
+			[]scriptStep{boom(20*time.Millisecond, 0), {hang: true}}, basePanic{0}, 0},
+		{"after a failure kept", Policy{HedgeDelay: 10 * time.Millisecond},
+			[]scriptStep{unav(15 * time.Millisecond), boom(10*time.Millisecond, 1)}, basePanic{1}, 0},
+		{"a retry's copy", Policy{HedgeDelay: 10 * time.Millisecond, Rand: lowRand},
+			[]scriptStep{unav(0), {hang: true}, boom(5*time.Millisecond, 2)}, basePanic{2}, 1},
+		{"a loser, after the hedge won", Policy{HedgeDelay: 10 * time.Millisecond},
+			[]scriptStep{{delay: time.Second, deaf: true, panic: basePanic{0}}, {code: 200}}, nil, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := &scriptBase{steps: tc.steps}
+				budget := newLedger(t)
+				p := tc.policy
+				p.HedgeRatio, p.Timeout = 10, time.Minute
+				tr := &Transport{Base: base, Policy: p, Budget: budget}
+				ctx := newOnceWatchCtx()
+				req, _ := http.NewRequestWithContext(ctx, "GET", "http://example.test/", nil)
+				var got any
+				func() {
+					defer func() { got = recover() }()
+					resp, err := tr.RoundTrip(req)
+					if err != nil || resp.StatusCode != 200 {
+						t.Errorf("got (%v, %v); want a 200 or a panic", resp, err)
+					}
+					if err == nil {
+						resp.Body.Close()
+					}
+				}()
+				if got != tc.want {
+					t.Errorf("got %v recovered; want %v", got, tc.want)
+				}
+				time.Sleep(time.Hour)
+				synctest.Wait()
+				base.checkBodies(t)
+				if n := ctx.held(); n != 0 {
+					t.Errorf("got %d derived contexts still running; want 0", n)
+				}
+				budget.check(t)
+				if n := budget.unsettled(); n != tc.spent {
+					t.Errorf("got %d Tokens spent; want %d", n, tc.spent)
 				}
 			})
 		})
