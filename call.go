@@ -161,8 +161,8 @@ func (c *call) acquire() error {
 	return nil
 }
 
-// send makes one attempt, hedged or under AttemptTimeout as the Policy says,
-// and classifies it.
+// send makes one attempt, hedged or not as the Policy says, each copy
+// under AttemptTimeout if it is set, and classifies it.
 func (c *call) send() {
 	o, p := &c.o, &c.t.Policy // o's response and release were handed on or discarded
 	// o still holds the last attempt's outcome, zero before the first.

@@ -95,9 +95,10 @@ type race struct {
 	over    bool
 	copies  []hedgeCopy // appended by the call under mu
 	buf     [2]hedgeCopy
-	next    hedgeCopy // a hedge being prepared: its permit and its share
-	pol     *Policy   // for the delay a late 429 asks the Limiter for
-	failed  failure   // the retryable failure kept while copies run; only the call touches it
+	next    hedgeCopy     // a hedge being prepared: its permit and its share
+	pol     *Policy       // for the delay a late 429 asks the Limiter for
+	timeout time.Duration // AttemptTimeout, for each copy; 0 for none
+	failed  failure       // the retryable failure kept while copies run; only the call touches it
 
 	// For an automatic delay, the first copy's latency is measured: up to
 	// its answer, or, when a hedge won, up to the end of the race (it took
@@ -118,12 +119,14 @@ type race struct {
 var errCopyCanceled = fmt.Errorf("retryhttp: a hedged copy's race is over: %w", context.Canceled)
 
 // A hedgeCopy is what one copy holds: its context's cancel, its send permit,
-// the hedge share it took (until it is sent), and its own Report.
+// the hedge share it took (until it is sent), its own Report, and its
+// AttemptTimeout's timer, which cancels it.
 type hedgeCopy struct {
 	cancel context.CancelFunc
 	permit permit
 	quota  *hedgeQuota
 	report *Report
+	timer  *time.Timer
 }
 
 // A copyAnswer is what one copy came back with. A copy whose base
@@ -147,6 +150,9 @@ func (r *race) launch(base http.RoundTripper, req *http.Request, hc hedgeCopy) {
 	}
 	// sent: its share is spent
 	hc.cancel, hc.quota = func() { cancel(errCopyCanceled) }, nil
+	if r.timeout > 0 {
+		hc.timer = time.AfterFunc(r.timeout, hc.cancel)
+	}
 	r.mu.Lock()
 	i := len(r.copies)
 	r.copies = append(r.copies, hc)
@@ -226,6 +232,9 @@ func (r *race) end(winner int) {
 		r.lat.record(time.Since(r.start), r.q)
 	}
 	for i := range r.copies {
+		if t := r.copies[i].timer; t != nil {
+			t.Stop()
+		}
 		if i != winner {
 			r.copies[i].cancel()
 		}
@@ -284,6 +293,10 @@ func (r *race) abandon() { r.end(-1) }
 // are canceled and discarded without being waited for. No hedge is sent
 // once the request's context is done.
 //
+// Each copy is bounded by AttemptTimeout, as an attempt that is not hedged
+// is (see sendTimed): one that runs out is a retryable failure like any
+// other, and its hedges run on.
+//
 // A hedge's answer wins only while the caller's context is alive (a copy
 // canceled by the caller won nothing). Every copy's 429 reaches the
 // Limiter. Each copy carries its own attempt number, and records into a
@@ -293,7 +306,7 @@ func (r *race) abandon() { r.end(-1) }
 func (c *call) sendHedged(delay time.Duration) {
 	o, p := &c.o, &c.t.Policy
 	maxCopies := min(c.max-o.number+1, p.maxHedges()+1)
-	r := &race{answers: make(chan copyAnswer, maxCopies), pol: p}
+	r := &race{answers: make(chan copyAnswer, maxCopies), pol: p, timeout: c.attemptTimeout()}
 	r.copies = r.buf[:0]
 	c.race = r
 	base := c.t.base()
@@ -316,10 +329,21 @@ func (c *call) sendHedged(delay time.Duration) {
 				// cleanup ends the race (c.race), which releases the copy.
 				panic(a.value)
 			}
+			hc := &r.copies[a.i] // only the call appends
 			o.resp, o.err = a.resp, a.err
-			o.release = r.copies[a.i].cancel // only the call appends
+			o.release = hc.cancel
 			o.class = c.classify(a.resp, a.err)
-			r.copies[a.i].permit.answered(p, a.resp, a.err, o.class)
+			// As in sendTimed: the copy's timer runs through the
+			// classification, and if it fired while the request's context
+			// lives, the copy failed with ErrAttemptTimeout.
+			if hc.timer != nil && !hc.timer.Stop() && c.ctx.Err() == nil {
+				if o.resp != nil {
+					go discard(o.resp, nil)
+				}
+				o.resp, o.err = nil, fmt.Errorf("%w after %v", ErrAttemptTimeout, r.timeout)
+				o.class = p.classify(nil, o.err)
+			}
+			hc.permit.answered(p, o.resp, o.err, o.class)
 			if !o.class.retryable() {
 				winner = a.i
 				continue

@@ -510,13 +510,18 @@ func TestAttemptTimeoutWhereNoHedgeCanCome(t *testing.T) {
 func TestHangingDependencyGetsAHedgeDelay(t *testing.T) {
 	// Attempts ended by AttemptTimeout count toward HedgeQuantile's
 	// estimate as that long: after twenty, a dependency that hangs gets a
-	// delay, and its attempts are hedged.
+	// delay, and its attempts are hedged. The delay is past the
+	// AttemptTimeout the samples ran for, so the request that shows the
+	// hedge allows its attempts longer (an Override).
 	synctest.Test(t, func(t *testing.T) {
 		var last Attempt
 		tr := &Transport{Base: rht.NewTransport(rht.Hang()), OnAttempt: func(a Attempt) { last = a },
 			Policy: Policy{MaxAttempts: 2, AttemptTimeout: time.Second, HedgeQuantile: 0.5, HedgeRatio: 1, Rand: lowRand}}
 		for i := range 11 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			if i == 10 {
+				ctx = WithOverride(ctx, Override{AttemptTimeout: 5 * time.Second})
+			}
 			req, _ := http.NewRequestWithContext(ctx, "GET", "http://a.test/", nil)
 			if _, err := tr.RoundTrip(req); err == nil {
 				t.Fatalf("request %d: got no error; want one", i+1)
@@ -1592,4 +1597,112 @@ func TestHedgedBasePanicReachesTheCaller(t *testing.T) {
 			})
 		})
 	}
+}
+
+// lateBody's first read waits for delay, or fails when ctx ends first.
+type lateBody struct {
+	ctx   context.Context
+	delay time.Duration
+	read  bool
+}
+
+func (b *lateBody) Read(p []byte) (int, error) {
+	if b.read {
+		return 0, io.EOF
+	}
+	select {
+	case <-time.After(b.delay):
+	case <-b.ctx.Done():
+		return 0, b.ctx.Err()
+	}
+	b.read = true
+	return copy(p, "ok"), nil
+}
+
+func (b *lateBody) Close() error { return nil }
+
+// AttemptTimeout bounds each copy of a hedged attempt as it bounds an
+// attempt that is not hedged: each copy is an attempt, ended after
+// AttemptTimeout with ErrAttemptTimeout, whether the share pays for a
+// hedge or not. It never cuts off the body of the copy that won.
+func TestAttemptTimeoutBoundsHedgedAttempts(t *testing.T) {
+	hangs := []rht.Step{rht.Hang()}
+	tests := []struct {
+		name     string
+		policy   Policy
+		steps    []rht.Step
+		want     error // nil: a 200 whose body reads "ok"
+		attempts int
+		took     time.Duration
+	}{
+		{"not hedged", Policy{}, hangs, ErrAttemptTimeout, 3, 3 * time.Second},
+		{"the share refuses every hedge", Policy{HedgeDelay: 100 * time.Millisecond}, hangs, ErrAttemptTimeout, 3, 3 * time.Second},
+		{"HedgeDelay past AttemptTimeout", Policy{HedgeDelay: 2 * time.Second, HedgeRatio: 10}, hangs, ErrAttemptTimeout, 3, 3 * time.Second},
+		// The first copy ends at 1s, its hedge at 1.1s; the last attempt,
+		// alone, at 2.1s.
+		{"the hedge sent", Policy{HedgeDelay: 100 * time.Millisecond, HedgeRatio: 10}, hangs, ErrAttemptTimeout, 3, 2100 * time.Millisecond},
+		{"MaxHedges 3", Policy{HedgeDelay: 100 * time.Millisecond, HedgeRatio: 10, MaxHedges: 3, MaxAttempts: 4}, hangs, ErrAttemptTimeout, 4, 1300 * time.Millisecond},
+		// The first copy times out at 1s while its hedge runs: the hedge's
+		// 200 at 1.5s wins.
+		{"a hedge wins after the first copy timed out", Policy{HedgeDelay: 600 * time.Millisecond, HedgeRatio: 10},
+			[]rht.Step{rht.Hang().Times(1), rht.Status(200).WithBody("ok").WithDelay(900 * time.Millisecond)}, nil, 0, 1500 * time.Millisecond},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := tc.policy
+				p.AttemptTimeout, p.Rand = time.Second, lowRand
+				tr := &Transport{Base: rht.NewTransport(tc.steps...), Policy: p}
+				// No deadline: the test cancels the request only if it has
+				// not returned within an hour.
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				req, _ := http.NewRequestWithContext(ctx, "GET", "http://a.test/", nil)
+				start := time.Now()
+				var resp *http.Response
+				var err error
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					resp, err = tr.RoundTrip(req)
+				}()
+				select {
+				case <-done:
+				case <-time.After(time.Hour):
+					cancel()
+					<-done
+					t.Fatalf("got no return within an hour (%v); want %v after %v", err, tc.want, tc.took)
+				}
+				took := time.Since(start)
+				if tc.want == nil {
+					if err != nil {
+						t.Fatalf("got %v after %v; want a 200 after %v", err, took, tc.took)
+					}
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if string(b) != "ok" || took != tc.took {
+						t.Errorf("got %q after %v; want \"ok\" after %v", b, took, tc.took)
+					}
+					return
+				}
+				var e *Error
+				if !errors.As(err, &e) || !errors.Is(err, tc.want) || e.Attempts != tc.attempts || took != tc.took {
+					t.Errorf("got %v after %v; want %v after %d attempts, %v", err, took, tc.want, tc.attempts, tc.took)
+				}
+			})
+		})
+	}
+	t.Run("the winner's body outlives AttemptTimeout", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+				return &http.Response{StatusCode: 200, Header: http.Header{}, Request: r,
+					Body: &lateBody{ctx: r.Context(), delay: 3 * time.Second}}, nil
+			})
+			tr := &Transport{Base: base, Policy: Policy{AttemptTimeout: time.Second, HedgeDelay: 100 * time.Millisecond, HedgeRatio: 10}}
+			code, body, err := roundTrip(t, tr, newReq(t, "GET", ""))
+			if err != nil || code != 200 || body != "ok" {
+				t.Errorf("got (%d, %q, %v); want (200, \"ok\", nil)", code, body, err)
+			}
+		})
+	})
 }

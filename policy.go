@@ -106,10 +106,9 @@ type Policy struct {
 	// hedge counts as an attempt against MaxAttempts and is reported in
 	// Attempt.Hedges. Set it near the dependency's 95th percentile latency,
 	// or set HedgeQuantile instead.
-	// AttemptTimeout does not apply to an attempt that may be hedged; it
-	// does to one that may not (the last MaxAttempts allows, or one made
-	// before HedgeQuantile has a delay). Zero means no hedging, unless
-	// HedgeQuantile is set. See docs/guide-hedging.md.
+	// AttemptTimeout bounds each copy, as it bounds an attempt that is not
+	// hedged. Zero means no hedging, unless HedgeQuantile is set. See
+	// docs/guide-hedging.md.
 	HedgeDelay time.Duration
 
 	// HedgeQuantile, between 0 and 1 (0.95 for the 95th percentile), turns
