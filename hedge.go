@@ -98,6 +98,7 @@ type race struct {
 	next    hedgeCopy     // a hedge being prepared: its permit and its share
 	pol     *Policy       // for the delay a late 429 asks the Limiter for
 	timeout time.Duration // AttemptTimeout, for each copy; 0 for none
+	report  *Report       // the caller's, which each answer's Report joins; nil for none
 	failed  failure       // the retryable failure kept while copies run; only the call touches it
 
 	// For an automatic delay, the first copy's latency is measured: up to
@@ -243,6 +244,7 @@ func (r *race) end(winner int) {
 	for {
 		select {
 		case a := <-r.answers:
+			r.report.merge(r.copies[a.i].report) // it came before the end: its attempts were made
 			lateAnswer(r.pol, a.resp, a.err, r.copies[a.i])
 		default:
 			r.next.giveBack()
@@ -300,13 +302,15 @@ func (r *race) abandon() { r.end(-1) }
 // A hedge's answer wins only while the caller's context is alive (a copy
 // canceled by the caller won nothing). Every copy's 429 reaches the
 // Limiter. Each copy carries its own attempt number, and records into a
-// Report of its own, of which only the winner's is kept: copies run on
-// goroutines of their own, and a Transport inside the base must not write
-// into the caller's Report from them.
+// Report of its own: copies run on goroutines of their own, and a
+// Transport inside the base must not write into the caller's Report from
+// them. The Report of each copy that answered before the race ended joins
+// the caller's, in the order they answered; a copy still running then
+// keeps its attempts to itself.
 func (c *call) sendHedged(delay time.Duration) {
 	o, p := &c.o, &c.t.Policy
 	maxCopies := min(c.max-o.number+1, p.maxHedges()+1)
-	r := &race{answers: make(chan copyAnswer, maxCopies), pol: p, timeout: c.attemptTimeout()}
+	r := &race{answers: make(chan copyAnswer, maxCopies), pol: p, timeout: c.attemptTimeout(), report: c.report}
 	r.copies = r.buf[:0]
 	c.race = r
 	base := c.t.base()
@@ -324,6 +328,7 @@ func (c *call) sendHedged(delay time.Duration) {
 		select {
 		case a := <-r.answers:
 			inflight--
+			c.report.merge(r.copies[a.i].report) // the copy's base has returned: its Report is complete
 			if a.panicked {
 				// As without hedging: the panic reaches the caller, and
 				// cleanup ends the race (c.race), which releases the copy.
@@ -388,7 +393,6 @@ func (c *call) sendHedged(delay time.Duration) {
 	if o.hedges.won {
 		c.hs.quota.refund() // it cut the tail, and its loser was canceled: the share pays for another
 	}
-	c.report.merge(r.copies[winner].report)
 	if o.resp == nil && o.release != nil {
 		o.release()
 		o.release = nil

@@ -263,7 +263,8 @@ func TestHedgeCanceledByTheCallerWinsNothing(t *testing.T) {
 func TestReportUnderNestedHedging(t *testing.T) {
 	// An outer Transport hedges over an inner one; both write to the
 	// request's Report. The inner Transport runs on the copies' goroutines,
-	// each with a Report of its own: only the winner's attempts are kept.
+	// each with a Report of its own: the loser, still running when the
+	// winner returns, keeps its attempts to itself.
 	inner := &Transport{Base: rht.NewTransport(rht.Status(200).WithDelay(30*time.Millisecond), rht.Status(200))}
 	outer := &Transport{Base: inner, Policy: Policy{HedgeDelay: 5 * time.Millisecond, HedgeRatio: 1}}
 	for range 20 {
@@ -946,8 +947,8 @@ var errScriptReset = &wrappedErr{syscall.ECONNRESET}
 // and 35 ms in every order of failures; MaxAttempts 3, so the race's
 // outcome goes to the caller. The outcome is the last throttle, or without
 // one the last failure; its body is readable and named for its copy; the
-// Attempt and the Report are the outcome's; every body is closed once; the
-// limiter saw each copy's answer once.
+// Attempt is the outcome's; the Report holds every copy that answered;
+// every body is closed once; the limiter saw each copy's answer once.
 func TestHedgedOutcomeOrders(t *testing.T) {
 	thr := func(d time.Duration, ra string) scriptStep { return scriptStep{delay: d, code: 429, ra: ra} }
 	unav := func(d time.Duration) scriptStep { return scriptStep{delay: d, code: 503} }
@@ -1002,20 +1003,24 @@ func TestHedgedOutcomeOrders(t *testing.T) {
 				if len(atts) != 1 || atts[0].Class != tc.class || (atts[0].Err == nil) != (tc.code != 0) {
 					t.Errorf("got attempts %+v; want one, of class %v", atts, tc.class)
 				}
-				// The Report holds the outer attempt and the inner one of the
-				// outcome's copy (its Attempt header names it).
-				if tc.body != "" {
-					want := strings.TrimPrefix(tc.body, "copy")
-					var inners []string
-					for _, a := range rep.Attempts {
-						if a.Request != nil && a.Request.Header.Get(AttemptHeader) != "" && a.Request != atts[0].Request {
-							inners = append(inners, a.Request.Header.Get(AttemptHeader))
-						}
-					}
-					wantN := fmt.Sprint(mustAtoi(want) + 1)
-					if len(inners) != 1 || inners[0] != wantN {
-						t.Errorf("got inner attempts of copies %v in the Report; want only the outcome's, %s", inners, wantN)
-					}
+				// The Report holds the inner attempt of each copy that
+				// answered before the outcome was known (its Attempt
+				// header names it), in the order they answered (the copies'
+				// own), then the outer attempt: every copy when all failed,
+				// the copies up to the winner when one won.
+				answered := 3
+				if tc.class == Success {
+					answered = mustAtoi(strings.TrimPrefix(tc.body, "copy")) + 1
+				}
+				var inners, want []string
+				for _, a := range rep.Attempts[:len(rep.Attempts)-1] {
+					inners = append(inners, a.Request.Header.Get(AttemptHeader))
+				}
+				for i := range answered {
+					want = append(want, fmt.Sprint(i+1))
+				}
+				if last := rep.Attempts[len(rep.Attempts)-1]; fmt.Sprint(inners) != fmt.Sprint(want) || last.Request != atts[0].Request {
+					t.Errorf("got inner attempts of copies %v in the Report, then %v; want %v, then the outer attempt", inners, last, want)
 				}
 				time.Sleep(time.Second)
 				synctest.Wait()
@@ -1705,4 +1710,60 @@ func TestAttemptTimeoutBoundsHedgedAttempts(t *testing.T) {
 			}
 		})
 	})
+}
+
+// An outer hedging Transport over an inner retrying one: the Report holds
+// the inner attempts of every copy that answered before RoundTrip
+// returned, as the inner OnAttempt saw them, in the order the copies
+// answered, then the outer attempt. A copy still running when RoundTrip
+// returns keeps its attempts to a Report of its own.
+func TestReportHoldsEveryCopysAttempts(t *testing.T) {
+	tests := []struct {
+		name  string
+		steps []scriptStep // the inner attempts, in the order they are sent
+		inner int          // inner attempts made, the losers' included
+		want  []string     // the Report: Number:Status of each attempt
+	}{
+		// Copy 1 (at 0): 503 at 20ms, retried, 503 at 40ms; copy 2 (at
+		// 10ms): 503 at 30ms, retried, 503 at 50ms.
+		{"every copy fails", []scriptStep{{delay: 20 * time.Millisecond, code: 503}, {delay: 20 * time.Millisecond, code: 503},
+			{delay: 20 * time.Millisecond, code: 503}, {delay: 20 * time.Millisecond, code: 503}},
+			4, []string{"1:503", "2:503", "1:503", "2:503", "1:503"}},
+		// Copy 1 fails at 8 and 16ms, and its answer is kept while copy
+		// 2 (at 10ms) runs; copy 2 then wins with a 200 at 30ms.
+		{"a copy fails, the other wins", []scriptStep{{delay: 8 * time.Millisecond, code: 503}, {delay: 8 * time.Millisecond, code: 503},
+			{delay: 20 * time.Millisecond, code: 200}},
+			3, []string{"1:503", "2:503", "1:200", "1:200"}},
+		// Copy 2 (at 10ms) wins at 15ms; copy 1 is still running, and
+		// its late answer stays out of the Report.
+		{"a loser still running", []scriptStep{{hang: true}, {delay: 5 * time.Millisecond, code: 200}},
+			2, []string{"1:200", "1:200"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := &scriptBase{steps: tc.steps}
+				var innerSeen atomic.Int32
+				inner := &Transport{Base: base, Policy: Policy{MaxAttempts: 2, Rand: lowRand},
+					OnAttempt: func(Attempt) { innerSeen.Add(1) }}
+				outer := &Transport{Base: inner, Policy: Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 10, MaxAttempts: 2}}
+				var rep Report
+				req := newReq(t, "GET", "")
+				req = req.WithContext(WithReport(req.Context(), &rep))
+				roundTrip(t, outer, req)
+				var got []string
+				for _, a := range rep.Attempts {
+					got = append(got, fmt.Sprintf("%d:%d", a.Number, a.Status))
+				}
+				if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+					t.Errorf("got a Report of %v; want %v", got, tc.want)
+				}
+				time.Sleep(time.Hour)
+				synctest.Wait()
+				if n, seen := len(rep.Attempts), int(innerSeen.Load()); n != len(tc.want) || seen != tc.inner {
+					t.Errorf("got %d attempts in the Report and %d inner ones seen once the losers ended; want %d and %d", n, seen, len(tc.want), tc.inner)
+				}
+			})
+		})
+	}
 }

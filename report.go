@@ -25,7 +25,9 @@ import (
 // lookup.
 //
 // The Transport fills the Report on the goroutine that calls RoundTrip;
-// read it once RoundTrip (or http.Client.Do) has returned. Redirects
+// read it once RoundTrip (or http.Client.Do) has returned. A hedged copy's
+// attempts in the Transports below join it when the copy answers before
+// its race ends; a copy canceled while still running leaves them out. Redirects
 // followed by an http.Client are further round trips with the same context:
 // their attempts are appended and Decision is the last one's. A Report must
 // not be shared by requests in flight at the same time.
@@ -73,8 +75,8 @@ func (r *Report) waited(d time.Duration) {
 	}
 }
 
-// merge appends what a hedged copy's own Report recorded, for the copy that
-// won.
+// merge appends what a hedged copy's own Report recorded, for a copy that
+// answered before its race ended.
 func (r *Report) merge(from *Report) {
 	if r != nil && from != nil {
 		r.Attempts = append(r.Attempts, from.Attempts...)
