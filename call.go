@@ -189,12 +189,17 @@ func (c *call) send() {
 }
 
 // sendHedgeable makes an attempt of a request that may be hedged: hedged
-// when a hedge delay is known and MaxAttempts leaves room for a hedge, else
-// alone, its latency measured all the same for HedgeQuantile.
+// when a hedge delay is known, shorter than AttemptTimeout, and MaxAttempts
+// leaves room for a hedge, else alone, its latency measured all the same
+// for HedgeQuantile. A hedge due as AttemptTimeout ends its first copy, or
+// later, would be a retry that neither waits nor pays.
 func (c *call) sendHedgeable() {
 	var delay time.Duration
 	if c.o.number < c.max {
 		delay = c.hedgeDelay()
+		if at := c.attemptTimeout(); at > 0 && delay >= at {
+			delay = 0
+		}
 	}
 	c.o.hedges = hedgeStats{} // the last attempt's, if it was hedged
 	if delay > 0 {

@@ -1639,25 +1639,30 @@ func TestAttemptTimeoutBoundsHedgedAttempts(t *testing.T) {
 		want     error // nil: a 200 whose body reads "ok"
 		attempts int
 		took     time.Duration
+		hedges   int
 	}{
-		{"not hedged", Policy{}, hangs, ErrAttemptTimeout, 3, 3 * time.Second},
-		{"the share refuses every hedge", Policy{HedgeDelay: 100 * time.Millisecond}, hangs, ErrAttemptTimeout, 3, 3 * time.Second},
-		{"HedgeDelay past AttemptTimeout", Policy{HedgeDelay: 2 * time.Second, HedgeRatio: 10}, hangs, ErrAttemptTimeout, 3, 3 * time.Second},
+		{"not hedged", Policy{}, hangs, ErrAttemptTimeout, 3, 3 * time.Second, 0},
+		{"the share refuses every hedge", Policy{HedgeDelay: 100 * time.Millisecond}, hangs, ErrAttemptTimeout, 3, 3 * time.Second, 0},
+		{"HedgeDelay past AttemptTimeout", Policy{HedgeDelay: 2 * time.Second, HedgeRatio: 10}, hangs, ErrAttemptTimeout, 3, 3 * time.Second, 0},
+		// A hedge sent as its first copy runs out would be a retry that
+		// neither waits nor pays.
+		{"HedgeDelay equal to AttemptTimeout", Policy{HedgeDelay: time.Second, HedgeRatio: 10}, hangs, ErrAttemptTimeout, 3, 3 * time.Second, 0},
 		// The first copy ends at 1s, its hedge at 1.1s; the last attempt,
 		// alone, at 2.1s.
-		{"the hedge sent", Policy{HedgeDelay: 100 * time.Millisecond, HedgeRatio: 10}, hangs, ErrAttemptTimeout, 3, 2100 * time.Millisecond},
-		{"MaxHedges 3", Policy{HedgeDelay: 100 * time.Millisecond, HedgeRatio: 10, MaxHedges: 3, MaxAttempts: 4}, hangs, ErrAttemptTimeout, 4, 1300 * time.Millisecond},
+		{"the hedge sent", Policy{HedgeDelay: 100 * time.Millisecond, HedgeRatio: 10}, hangs, ErrAttemptTimeout, 3, 2100 * time.Millisecond, 1},
+		{"MaxHedges 3", Policy{HedgeDelay: 100 * time.Millisecond, HedgeRatio: 10, MaxHedges: 3, MaxAttempts: 4}, hangs, ErrAttemptTimeout, 4, 1300 * time.Millisecond, 3},
 		// The first copy times out at 1s while its hedge runs: the hedge's
 		// 200 at 1.5s wins.
 		{"a hedge wins after the first copy timed out", Policy{HedgeDelay: 600 * time.Millisecond, HedgeRatio: 10},
-			[]rht.Step{rht.Hang().Times(1), rht.Status(200).WithBody("ok").WithDelay(900 * time.Millisecond)}, nil, 0, 1500 * time.Millisecond},
+			[]rht.Step{rht.Hang().Times(1), rht.Status(200).WithBody("ok").WithDelay(900 * time.Millisecond)}, nil, 0, 1500 * time.Millisecond, 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				p := tc.policy
 				p.AttemptTimeout, p.Rand = time.Second, lowRand
-				tr := &Transport{Base: rht.NewTransport(tc.steps...), Policy: p}
+				var hedges int
+				tr := &Transport{Base: rht.NewTransport(tc.steps...), Policy: p, OnAttempt: func(a Attempt) { hedges += a.Hedges }}
 				// No deadline: the test cancels the request only if it has
 				// not returned within an hour.
 				ctx, cancel := context.WithCancel(context.Background())
@@ -1685,14 +1690,14 @@ func TestAttemptTimeoutBoundsHedgedAttempts(t *testing.T) {
 					}
 					b, _ := io.ReadAll(resp.Body)
 					resp.Body.Close()
-					if string(b) != "ok" || took != tc.took {
-						t.Errorf("got %q after %v; want \"ok\" after %v", b, took, tc.took)
+					if string(b) != "ok" || took != tc.took || hedges != tc.hedges {
+						t.Errorf("got %q after %v, %d hedges; want \"ok\" after %v, %d", b, took, hedges, tc.took, tc.hedges)
 					}
 					return
 				}
 				var e *Error
-				if !errors.As(err, &e) || !errors.Is(err, tc.want) || e.Attempts != tc.attempts || took != tc.took {
-					t.Errorf("got %v after %v; want %v after %d attempts, %v", err, took, tc.want, tc.attempts, tc.took)
+				if !errors.As(err, &e) || !errors.Is(err, tc.want) || e.Attempts != tc.attempts || took != tc.took || hedges != tc.hedges {
+					t.Errorf("got %v after %v, %d hedges; want %v after %d attempts, %v, %d hedges", err, took, hedges, tc.want, tc.attempts, tc.took, tc.hedges)
 				}
 			})
 		})
