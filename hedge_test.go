@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -1771,4 +1772,38 @@ func TestReportHoldsEveryCopysAttempts(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A Base that ends its goroutine (runtime.Goexit, as t.FailNow does) on a
+// hedged copy fails that copy with an error: the race neither hangs
+// waiting for its answer nor panics the caller.
+func TestHedgedBaseGoexitFailsTheCopy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := &Transport{Base: roundTripperFunc(func(*http.Request) (*http.Response, error) {
+			runtime.Goexit()
+			return nil, nil
+		}), Policy: Policy{HedgeDelay: time.Hour}}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://a.test/", nil)
+		var err error
+		var panicked any
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			defer func() { panicked = recover() }()
+			_, err = tr.RoundTrip(req)
+		}()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Hour):
+			cancel()
+			<-done
+			t.Fatal("got no return within two hours; want an error at once")
+		}
+		var e *Error
+		if panicked != nil || !errors.As(err, &e) || e.Attempts != 1 {
+			t.Errorf("got %v, a panic of %v; want an *Error after 1 attempt", err, panicked)
+		}
+	})
 }
