@@ -1807,3 +1807,121 @@ func TestHedgedBaseGoexitFailsTheCopy(t *testing.T) {
 		}
 	})
 }
+
+// chaosBase answers each attempt at random: it hangs, panics, ignores its
+// context, resets, ends its goroutine, or answers 200, 503, 429 or 404,
+// after up to 80ms. It counts the closes of every body it hands out.
+type chaosBase struct {
+	mu   sync.Mutex
+	rng  *rand.Rand
+	bods []*atomic.Int32
+}
+
+func (b *chaosBase) RoundTrip(r *http.Request) (*http.Response, error) {
+	b.mu.Lock()
+	k, d := b.rng.IntN(10), time.Duration(b.rng.IntN(80))*time.Millisecond
+	b.mu.Unlock()
+	ctx := r.Context()
+	wait := func() error {
+		select {
+		case <-time.After(d):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	switch k {
+	case 0:
+		<-ctx.Done()
+		return nil, ctx.Err()
+	case 1:
+		if err := wait(); err != nil {
+			return nil, err
+		}
+		panic(basePanic{k})
+	case 2:
+		time.Sleep(d) // deaf to its context
+	case 3:
+		if err := wait(); err != nil {
+			return nil, err
+		}
+		return nil, errScriptReset
+	case 4:
+		if d < 10*time.Millisecond {
+			runtime.Goexit()
+		}
+		fallthrough
+	default:
+		if err := wait(); err != nil {
+			return nil, err
+		}
+	}
+	n := new(atomic.Int32)
+	b.mu.Lock()
+	b.bods = append(b.bods, n)
+	b.mu.Unlock()
+	code := []int{200, 200, 503, 429, 404}[int(d/time.Millisecond)%5]
+	return &http.Response{StatusCode: code, Header: http.Header{}, Body: &countedBody{strings.NewReader("x"), n}, Request: r}, nil
+}
+
+// Hedging, AttemptTimeout, Timeout, per-destination budgets and limiters
+// and a Report, under 10 concurrent callers of a chaosBase: every
+// RoundTrip returns a response xor an error, or panics with the base's
+// value; every body is closed once, every context released, no Tokens
+// refunded twice or unpaid, and every Report holds an attempt unless the
+// Limiter had no permit for the first.
+func TestHedgedChaosKeepsTheContract(t *testing.T) {
+	for seed := range 10 {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := &chaosBase{rng: rand.New(rand.NewPCG(uint64(seed), 7))}
+				led := newLedger(t)
+				tr := &Transport{Base: base,
+					PerHost: &PerHost{Budget: func(string) RetryBudget { return led }, Limiter: func(string) *RateLimiter { return &RateLimiter{} }},
+					Policy: Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 0.5, MaxHedges: 1 + seed%3, MaxAttempts: 2 + seed%3,
+						AttemptTimeout: 50 * time.Millisecond, Timeout: 300 * time.Millisecond, BaseDelay: time.Millisecond}}
+				wctx := newOnceWatchCtx()
+				var wg sync.WaitGroup
+				for w := range 10 {
+					wg.Go(func() {
+						for i := range 20 {
+							var rep Report
+							url := fmt.Sprintf("http://h%d.test/", (w+i)%3)
+							req, _ := http.NewRequestWithContext(WithReport(wctx, &rep), "GET", url, nil)
+							func() {
+								defer func() {
+									if v := recover(); v != nil && v != (basePanic{1}) {
+										t.Errorf("got a panic of %v; want none, or the base's", v)
+									}
+								}()
+								resp, err := tr.RoundTrip(req)
+								if (resp == nil) == (err == nil) {
+									t.Errorf("got (%v, %v); want a response xor an error", resp, err)
+								}
+								if err == nil {
+									io.ReadAll(resp.Body)
+									resp.Body.Close()
+								}
+								if len(rep.Attempts) == 0 && !errors.Is(err, ErrRateLimited) {
+									t.Errorf("got an empty Report (%v); want an attempt at least, or no send permit", err)
+								}
+							}()
+						}
+					})
+				}
+				wg.Wait()
+				time.Sleep(time.Hour)
+				synctest.Wait()
+				for i, n := range base.bods {
+					if c := n.Load(); c != 1 {
+						t.Errorf("got body %d closed %d times; want 1", i, c)
+					}
+				}
+				if n := wctx.held(); n != 0 {
+					t.Errorf("got %d derived contexts still running; want 0", n)
+				}
+				led.check(t)
+			})
+		})
+	}
+}
