@@ -107,8 +107,8 @@ type Policy struct {
 	// Attempt.Hedges. Set it near the dependency's 95th percentile latency,
 	// or set HedgeQuantile instead.
 	// AttemptTimeout bounds each copy, as it bounds an attempt that is not
-	// hedged. Zero means no hedging, unless HedgeQuantile is set. See
-	// docs/guide-hedging.md.
+	// hedged; a delay at or past it sends no hedge. Zero means no hedging,
+	// unless HedgeQuantile is set. See docs/guide-hedging.md.
 	HedgeDelay time.Duration
 
 	// HedgeQuantile, between 0 and 1 (0.95 for the 95th percentile), turns
