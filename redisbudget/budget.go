@@ -680,15 +680,40 @@ func (b *Budget) StoreCalls() (calls, localRefusals int64) {
 }
 
 // Tokens reads the bucket this process draws from in Redis (a missing
-// bucket is full), with the budget's Timeout.
-func (b *Budget) Tokens(ctx context.Context) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, b.opts.Timeout)
+// bucket is full). It returns within about the budget's Timeout, or when
+// ctx ends, whatever the client's own timeouts: the read runs on a
+// goroutine of its own, which ends with the client's read. An error after
+// Timeout wraps ErrTimeout and context.DeadlineExceeded.
+func (b *Budget) Tokens(parent context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(parent, b.opts.Timeout)
 	defer cancel()
-	v, err := b.opts.Client.HGet(ctx, b.key, "tokens").Int64()
-	if errors.Is(err, redis.Nil) {
+	type answer struct {
+		v   int64
+		err error
+	}
+	// With the client's context timeout off (go-redis's default), the
+	// context never reaches the socket: the read ends at the client's
+	// ReadTimeout, not at ctx's deadline.
+	ch := make(chan answer, 1)
+	b.out.Add(1)
+	go func() {
+		defer b.out.Add(-1)
+		v, err := b.opts.Client.HGet(ctx, b.key, "tokens").Int64()
+		ch <- answer{v, err}
+	}()
+	var a answer
+	select {
+	case a = <-ch:
+	case <-ctx.Done():
+		if err := parent.Err(); err != nil {
+			return 0, err // the caller's context ended first
+		}
+		return 0, fmt.Errorf("%w within %v: %w", ErrTimeout, b.opts.Timeout, ctx.Err())
+	}
+	if errors.Is(a.err, redis.Nil) {
 		return b.capacity, nil
 	}
-	return v, err
+	return a.v, a.err
 }
 
 // ShardKey is the key of shard i of the bucket under key (Options.Shards).

@@ -1,0 +1,48 @@
+package redisbudget
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Tokens against a paused Redis, with go-redis's default client (its
+// context timeout off: a context's deadline never reaches the socket),
+// returns within about the budget's Timeout, with ErrTimeout, and the
+// read it started ends once Redis answers (it used to take the client's
+// ReadTimeout, 5 s with these options, against a Timeout of 100ms).
+func TestTokensEndsWithinTheTimeout(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		opts redis.Options
+	}{
+		{"context timeout off", redis.Options{}},
+		{"context timeout on", redis.Options{ContextTimeoutEnabled: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startRedis(t)
+			opts := tc.opts
+			opts.Addr = s.addr()
+			rdb := redis.NewClient(&opts)
+			defer rdb.Close()
+			b := newBudget(t, rdb, "fleet", func(o *Options) { o.Timeout = timeout })
+			<-b.warmed
+			if got, err := b.Tokens(context.Background()); err != nil || got != DefaultCapacity {
+				t.Fatalf("before the pause: got %d, %v; want %d, nil", got, err, DefaultCapacity)
+			}
+			s.pause()
+			start := time.Now()
+			_, err := b.Tokens(context.Background())
+			took := time.Since(start)
+			s.resume()
+			if took > timeout+100*time.Millisecond || !errors.Is(err, ErrTimeout) {
+				t.Errorf("Tokens against a paused Redis: took %v, err %v; want about the %v Timeout and ErrTimeout", took, err, timeout)
+			}
+			waitFor(t, "the read to end", func() bool { return b.out.Load() == 0 })
+		})
+	}
+}
