@@ -324,11 +324,15 @@ func (b *Budget) Deposit(success bool) {
 		b.fallback.Deposit(success)
 		return
 	}
-	if !success || b.deposits.Load() >= b.capacity-b.seen.Load() {
+	if !success {
 		return
 	}
-	b.deposits.Add(retryhttp.SuccessReward)
-	if now := b.now(); now >= b.next.Load() && b.mu.TryLock() {
+	if b.deposits.Load() < b.capacity-b.seen.Load() {
+		b.deposits.Add(retryhttp.SuccessReward)
+	}
+	// Deposits held at the room's limit travel too: the bucket may have
+	// room again by now.
+	if now := b.now(); b.deposits.Load() > 0 && now >= b.next.Load() && b.mu.TryLock() {
 		if b.fl == nil && now >= b.next.Load() {
 			b.start(0, 0, now+int64(b.opts.Timeout)) // the deposits travel alone
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/herdproof/retryhttp"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -44,5 +45,31 @@ func TestTokensEndsWithinTheTimeout(t *testing.T) {
 			}
 			waitFor(t, "the read to end", func() bool { return b.out.Load() == 0 })
 		})
+	}
+}
+
+// A process whose pending deposits reach the room it last saw in the
+// bucket keeps making first-try successes: once Recheck has passed they
+// travel on their own, as Deposit promises, and the bucket is full again
+// (they used to stay in the process, every Deposit returning before the
+// code that sends them, until the next retry).
+func TestDepositsAtTheRoomLimitTravel(t *testing.T) {
+	const recheck = 50 * time.Millisecond
+	s := startRedis(t)
+	s.client().HSet(context.Background(), "fleet", "tokens", DefaultCapacity-10)
+	b := newBudget(t, s.client(), "fleet", func(o *Options) { o.Recheck = recheck; o.Timeout = time.Second })
+	if _, ok := b.Withdraw(retryhttp.Transient); !ok { // leases 28: the bucket at 462, room for 38
+		t.Fatal("refused")
+	}
+	start := time.Now()
+	for time.Since(start) < 10*recheck { // 1,000 successes or more, over 10 Rechecks
+		for range 100 {
+			b.Deposit(true)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	waitFor(t, "the call carrying the deposits", func() bool { return b.out.Load() == 0 })
+	if got, want := s.tokens("fleet"), int64(DefaultCapacity-10-DefaultLease+38); got != want {
+		t.Errorf("got %d tokens in Redis after 10 Rechecks of successes; want %d: the 38 deposits the room took, sent", got, want)
 	}
 }
