@@ -290,14 +290,16 @@ const warmTimeout = 5 * time.Second
 
 // takeScript is the fleet protocol's one step, atomic in Redis. The bucket
 // is one hash: its tokens, the tokens its processes hold in leases
-// (leased), a sweep cursor, and one record per process (field p:<id>):
+// (leased), a sweep cursor, the calls applied already that came again
+// (replayed), and one record per process (field p:<id>):
 // the sequence number of its last call applied, the tokens granted to it
 // in total, the deposits seen in total and, of them, credited, the
 // deposits of unknown fate, the tokens it reported spent, and the time of
 // its last call (ms). A call carries the process's sequence number and
 // totals. A call whose number is not above the record's was applied
 // already (the client sent it again, it ran late, or a Cluster redirected
-// it): it changes nothing and returns the record. Otherwise the script
+// it): it changes nothing but a count of such calls (replayed) and
+// returns the record. Otherwise the script
 // credits the deposits beyond the record's total, up to the room the
 // tokens and the leases leave under the capacity; grants as many tokens as
 // the bucket holds up to max(want, need) if it holds need; keeps tokens
@@ -334,6 +336,7 @@ if v[3] then
   if #f ~= 7 then return redis.error_reply('BADDATA a process record is not numbers') end
   r.s, r.g, r.d, r.c, r.x, r.u = tonumber(f[1]), tonumber(f[2]), tonumber(f[3]), tonumber(f[4]), tonumber(f[5]), tonumber(f[6])
   if seq <= r.s then
+    redis.call('HINCRBY', key, 'replayed', 1)
     return {r.g, r.d, r.c, r.x, t, math.max(0, cap - L - t)}
   end
   L = L - (r.g - r.u)
