@@ -3,6 +3,7 @@ package redisbudget
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,4 +142,69 @@ func TestLeasesCountAgainstARefilledBucket(t *testing.T) {
 		t.Errorf("got %d retries from 10 processes with their leases beside a refilled bucket; want at most %d, one shared retryhttp.Budget's", got, want)
 	}
 	t.Logf("fleet %d retries, one retryhttp.Budget %d", got, want)
+}
+
+// records counts the process records in the bucket's hash.
+func records(t *testing.T, s *redisServer, key string) int {
+	t.Helper()
+	fields, err := s.client().HKeys(context.Background(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range fields {
+		if strings.HasPrefix(f, "p:") {
+			n++
+		}
+	}
+	return n
+}
+
+// The per-process records are bounded by the TTL: 150 processes call once
+// and stop (their hash is past Redis's small encoding, so the sweep goes a
+// few fields a call); one process keeps calling, and within a few dozen of
+// its calls after the TTL only its own record is left, the leases of the
+// others given back to the bucket. When it stops too, the whole hash
+// expires a TTL later.
+func TestRecordsExpireWithTheTTL(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	s := startRedis(t)
+	rdb := s.client()
+	opts := func(o *Options) { o.TTL = ttl; o.Capacity = 1 << 20; o.Timeout = time.Second }
+	for range 150 {
+		b := newBudget(t, rdb, "fleet", opts)
+		if _, ok := b.Withdraw(retryhttp.Transient); !ok { // a lease of 28, 14 spent
+			t.Fatal("refused")
+		}
+	}
+	if got := records(t, s, "fleet"); got != 150 {
+		t.Fatalf("got %d records; want 150, one a process", got)
+	}
+	live := newBudget(t, rdb, "fleet", opts)
+	call := func() { // one call to Redis
+		for c := live.Stats().Calls; live.Stats().Calls == c; {
+			live.Withdraw(retryhttp.Transient)
+		}
+	}
+	for start := time.Now(); time.Since(start) < ttl+50*time.Millisecond; {
+		call() // the hash lives on
+		time.Sleep(ttl / 10)
+	}
+	calls := 0
+	for records(t, s, "fleet") > 1 {
+		if calls > 60 {
+			t.Fatalf("%d records left after %d calls past the TTL; want 1, the live process's", records(t, s, "fleet"), calls)
+		}
+		call()
+		calls++
+	}
+	leased, err := rdb.HGet(context.Background(), "fleet", "leased").Int64()
+	if err != nil || leased > DefaultLease {
+		t.Errorf("got %d tokens leased (%v) with one live process; want at most its lease, %d", leased, err, DefaultLease)
+	}
+	t.Logf("150 records of processes gone, swept within %d calls after the TTL's sweep began", calls)
+	time.Sleep(ttl + 50*time.Millisecond)
+	if n := rdb.Exists(context.Background(), "fleet").Val(); n != 0 {
+		t.Errorf("the bucket's hash still exists a TTL after its last call")
+	}
 }
