@@ -290,7 +290,7 @@ const warmTimeout = 5 * time.Second
 
 // takeScript is the fleet protocol's one step, atomic in Redis. The bucket
 // is one hash: its tokens, the tokens its processes hold in leases
-// (leased), a sweep cursor, the calls applied already that came again
+// (leased), the sweep's cursor and time (swept), the calls applied already that came again
 // (replayed), and one record per process (field p:<id>):
 // the sequence number of its last call applied, the tokens granted to it
 // in total, the deposits seen in total and, of them, credited, the
@@ -304,7 +304,9 @@ const warmTimeout = 5 * time.Second
 // tokens and the leases leave under the capacity; grants as many tokens as
 // the bucket holds up to max(want, need) if it holds need; keeps tokens
 // plus leased within the capacity; removes records untouched for ttl (a
-// few a call, from the cursor); and sets the expiry. A missing bucket
+// few at a time from the cursor, at most one step every 10 ms, so that a
+// call costs the same however many records the hash holds); and sets the
+// expiry. A missing bucket
 // starts full; a missing record starts from the process's totals (its
 // deposits not yet seen are of unknown fate if an earlier call of the
 // process may have been applied). KEYS[1] the bucket; ARGV: id, seq,
@@ -320,7 +322,7 @@ local seq, need, want = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local cap, ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
 local gk, dt, ut = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local dk, ck, xk = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
-local v = redis.call('HMGET', key, 'tokens', 'leased', id)
+local v = redis.call('HMGET', key, 'tokens', 'leased', id, 'swept')
 local t, L = cap, 0
 if v[1] then
   t = tonumber(v[1])
@@ -357,19 +359,27 @@ end
 if t + L > cap then t = math.max(0, cap - L) end
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local sc = redis.call('HSCAN', key, redis.call('HGET', key, 'cursor') or '0', 'COUNT', 8)
-for i = 1, #sc[2], 2 do
-  local f = sc[2][i]
-  if f ~= id and string.sub(f, 1, 2) == 'p:' then
-    local g, u, last = string.match(sc[2][i + 1], '^%d+ (%d+) %d+ %d+ %d+ (%d+) (%d+)$')
-    if last and ms - tonumber(last) > ttl then
-      L = L - (tonumber(g) - tonumber(u))
-      redis.call('HDEL', key, f)
+local swept = nil
+if v[4] then
+  local c, at = string.match(v[4], '^(%d+) (%d+)$')
+  if at then swept = {c, tonumber(at)} end
+end
+if swept == nil or ms - swept[2] >= 10 then
+  local sc = redis.call('HSCAN', key, swept and swept[1] or '0', 'COUNT', 8)
+  for i = 1, #sc[2], 2 do
+    local f = sc[2][i]
+    if f ~= id and string.sub(f, 1, 2) == 'p:' then
+      local g, u, last = string.match(sc[2][i + 1], '^%d+ (%d+) %d+ %d+ %d+ (%d+) (%d+)$')
+      if last and ms - tonumber(last) > ttl then
+        L = L - (tonumber(g) - tonumber(u))
+        redis.call('HDEL', key, f)
+      end
     end
   end
+  redis.call('HSET', key, 'swept', sc[1] .. ' ' .. string.format('%.0f', ms))
 end
 L = math.max(0, L)
-redis.call('HSET', key, 'tokens', t, 'leased', L, 'cursor', sc[1], id,
+redis.call('HSET', key, 'tokens', t, 'leased', L, id,
   string.format('%.0f %.0f %.0f %.0f %.0f %.0f %.0f', seq, r.g, r.d, r.c, r.x, r.u, ms))
 redis.call('PEXPIRE', key, ttl)
 return {r.g, r.d, r.c, r.x, t, math.max(0, cap - L - t)}

@@ -146,7 +146,9 @@ type chaosFigures struct {
 	WorstOversleepMS float64 `json:"worst_oversleep_ms"`
 	TimeoutMS        float64 `json:"timeout_ms"`
 	RedisCalls       int64   `json:"redis_calls"`
-	LocalRefusals    int64   `json:"local_refusals"`
+	// The bucket's tokens and leased tokens at the end.
+	EndInRedis    [2]int64 `json:"end_tokens_and_leased"`
+	LocalRefusals int64    `json:"local_refusals"`
 }
 
 // TestChaos drives processes (hedges included) through Transports against
@@ -426,7 +428,25 @@ func chaosRun(t *testing.T, seed uint64, cluster bool) chaosFigures {
 	for _, c := range clients {
 		c.Close()
 	}
-	fig.Replayed += replayed(serving())
+	// The bucket at the end: its tokens and the leases it counts stay
+	// within the capacity.
+	last := serving()
+	fig.Replayed += replayed(last)
+	admin := redis.NewClient(&redis.Options{Addr: last.addr(), MaxRetries: -1})
+	held, err := admin.HMGet(context.Background(), key, "tokens", "leased").Result()
+	admin.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range held {
+		if v != nil {
+			n, _ := strconv.ParseInt(v.(string), 10, 64)
+			fig.EndInRedis[i] = n
+		}
+	}
+	if sum := fig.EndInRedis[0] + fig.EndInRedis[1]; sum > DefaultCapacity {
+		t.Errorf("at the end the bucket holds %d tokens and counts %d in leases: %d; want at most %d", fig.EndInRedis[0], fig.EndInRedis[1], sum, DefaultCapacity)
+	}
 
 	fig.Buckets = 1 + fig.Kills
 	for i, m := range meters {

@@ -162,8 +162,8 @@ func records(t *testing.T, s *redisServer, key string) int {
 
 // The per-process records are bounded by the TTL: 150 processes call once
 // and stop (their hash is past Redis's small encoding, so the sweep goes a
-// few fields a call); one process keeps calling, and within a few dozen of
-// its calls after the TTL only its own record is left, the leases of the
+// few fields a step); one process keeps calling, and soon after the TTL
+// only its own record is left, the leases of the
 // others given back to the bucket. When it stops too, the whole hash
 // expires a TTL later.
 func TestRecordsExpireWithTheTTL(t *testing.T) {
@@ -190,19 +190,21 @@ func TestRecordsExpireWithTheTTL(t *testing.T) {
 		call() // the hash lives on
 		time.Sleep(ttl / 10)
 	}
-	calls := 0
+	// A sweep step every 10 ms at most, 8 fields or so a step.
+	calls, sweep := 0, time.Now()
 	for records(t, s, "fleet") > 1 {
-		if calls > 60 {
-			t.Fatalf("%d records left after %d calls past the TTL; want 1, the live process's", records(t, s, "fleet"), calls)
+		if time.Since(sweep) > 2*time.Second {
+			t.Fatalf("%d records left %v past the TTL (%d calls); want 1, the live process's", records(t, s, "fleet"), time.Since(sweep), calls)
 		}
 		call()
 		calls++
+		time.Sleep(time.Millisecond)
 	}
 	leased, err := rdb.HGet(context.Background(), "fleet", "leased").Int64()
 	if err != nil || leased > DefaultLease {
 		t.Errorf("got %d tokens leased (%v) with one live process; want at most its lease, %d", leased, err, DefaultLease)
 	}
-	t.Logf("150 records of processes gone, swept within %d calls after the TTL's sweep began", calls)
+	t.Logf("150 records of processes gone, swept %v after the TTL (%d calls)", time.Since(sweep), calls)
 	time.Sleep(ttl + 50*time.Millisecond)
 	if n := rdb.Exists(context.Background(), "fleet").Val(); n != 0 {
 		t.Errorf("the bucket's hash still exists a TTL after its last call")
