@@ -36,7 +36,10 @@ func startClusterOf(t *testing.T, replicas, nodeTimeout int) *redisCluster {
 		// The cluster bus gets a port of its own (cluster-port), so that
 		// port+10000 need not be free.
 		n := startRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", strconv.Itoa(nodeTimeout), "--cluster-port", strconv.Itoa(freePort(t)))
+			"--cluster-node-timeout", strconv.Itoa(nodeTimeout), "--cluster-port", strconv.Itoa(freePort(t)),
+			// A replica syncs at once, not after the 5 s Redis 7 waits
+			// for more replicas to share a diskless sync.
+			"--repl-diskless-sync-delay", "0")
 		c.nodes = append(c.nodes, n)
 		addrs = append(addrs, n.addr())
 	}
