@@ -27,7 +27,7 @@ func TestTokensEndsWithinTheTimeout(t *testing.T) {
 		{"context timeout on", redis.Options{ContextTimeoutEnabled: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			defer goleak.VerifyNone(t, goleak.IgnoreCurrent()) // the read it started has ended
+			defer noLeaks(t, goleak.IgnoreCurrent()) // the read it started has ended
 			s := startRedis(t)
 			opts := tc.opts
 			opts.Addr = s.addr()
