@@ -3,6 +3,7 @@ package redisbudget
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -147,8 +148,11 @@ type chaosFigures struct {
 	TimeoutMS        float64 `json:"timeout_ms"`
 	RedisCalls       int64   `json:"redis_calls"`
 	// The bucket's tokens and leased tokens at the end.
-	EndInRedis    [2]int64 `json:"end_tokens_and_leased"`
-	LocalRefusals int64    `json:"local_refusals"`
+	EndInRedis [2]int64 `json:"end_tokens_and_leased"`
+	// The tokens left in the buckets, read before each kill and at the
+	// end: Taken + Left <= Capacity x B + D.
+	Left          int64 `json:"tokens_left_in_buckets"`
+	LocalRefusals int64 `json:"local_refusals"`
 }
 
 // TestChaos drives processes (hedges included) through Transports against
@@ -227,6 +231,20 @@ func chaosRun(t *testing.T, seed uint64, cluster bool) chaosFigures {
 		single = startRedis(t)
 	}
 	// The calls the bucket saw again, read before a kill loses them.
+	// The tokens a bucket holds (a missing one is full), read before a
+	// kill and at the end: no process got them.
+	tokensIn := func(n *redisServer) int64 {
+		rdb := redis.NewClient(&redis.Options{Addr: n.addr(), MaxRetries: -1})
+		defer rdb.Close()
+		v, err := rdb.HGet(context.Background(), key, "tokens").Int64()
+		if errors.Is(err, redis.Nil) {
+			return DefaultCapacity
+		}
+		if err != nil {
+			t.Fatalf("HGET tokens: %v", err)
+		}
+		return v
+	}
 	replayed := func(n *redisServer) int64 {
 		rdb := redis.NewClient(&redis.Options{Addr: n.addr(), MaxRetries: -1})
 		defer rdb.Close()
@@ -364,6 +382,7 @@ func chaosRun(t *testing.T, seed uint64, cluster bool) chaosFigures {
 		case kill:
 			fig.Kills++
 			fig.Replayed += replayed(node)
+			fig.Left += tokensIn(node)
 			node.cmd.Process.Kill() // kill -9
 			node.cmd.Wait()
 			node.cmd = nil
@@ -445,6 +464,7 @@ func chaosRun(t *testing.T, seed uint64, cluster bool) chaosFigures {
 	// within the capacity.
 	last := serving()
 	fig.Replayed += replayed(last)
+	fig.Left += tokensIn(last)
 	admin := redis.NewClient(&redis.Options{Addr: last.addr(), MaxRetries: -1})
 	held, err := admin.HMGet(context.Background(), key, "tokens", "leased").Result()
 	admin.Close()
@@ -493,6 +513,13 @@ func chaosRun(t *testing.T, seed uint64, cluster bool) chaosFigures {
 	if fig.SpentFleet > fig.Taken || fig.Taken > fig.FleetBound {
 		t.Errorf("fleet tokens spent %d, taken from Redis %d; want spent <= taken <= %d (%d buckets of %d + %d deposits credited + %d of unknown fate)",
 			fig.SpentFleet, fig.Taken, fig.FleetBound, fig.Buckets, DefaultCapacity, fig.Credited, fig.Unknown)
+	}
+	// Sharper: every grant came from a bucket's tokens, which start at
+	// Capacity and only deposits refill, each once; the tokens left in each
+	// bucket reached no process.
+	if fig.Taken+fig.Left > fig.FleetBound {
+		t.Errorf("taken from Redis %d + left in the buckets %d = %d; want at most %d: deposits credited more than once",
+			fig.Taken, fig.Left, fig.Taken+fig.Left, fig.FleetBound)
 	}
 	if fig.SpentFallback > fig.FallbackBound {
 		t.Errorf("spent from the fallbacks: %d tokens; want at most %d", fig.SpentFallback, fig.FallbackBound)
