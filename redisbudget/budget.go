@@ -540,8 +540,9 @@ func (b *Budget) start(need, want, end int64) *flight {
 	if b.seq > 1 {
 		prior = 1
 	}
-	// The tokens granted change only under b.mu; those spent never exceed
-	// them, and are read after.
+	// The tokens granted change only under b.mu, and those spent never
+	// exceed them: the record's lease (granted less spent) is never
+	// negative, and at most what the process holds.
 	f.spent = b.spent.Load()
 	args := []any{b.id, b.seq, need, want, b.capacity, b.opts.TTL.Milliseconds(),
 		b.stats.taken.Load(), b.deposits.Load(), f.spent,
