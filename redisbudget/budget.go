@@ -14,9 +14,16 @@
 //   - A retry takes its tokens from a local lease, refilled from Redis in
 //     batches (at least Lease tokens at a time, more when several retries
 //     wait): one Redis round trip per batch, shared by every retry that
-//     waits for it. Leased tokens are already taken from Redis, so leases
-//     cannot make the fleet overshoot the bucket; they can leave tokens
-//     unused in an idle process's lease.
+//     waits for it. Leases count against the bucket: Redis keeps the
+//     tokens each process holds and has not spent, and deposits fill only
+//     the room the bucket and the leases leave, so leases cannot make the
+//     fleet overshoot the bucket.
+//   - Each call carries the process's sequence number and its totals
+//     (tokens granted, spent, deposits), and Redis keeps a record of each
+//     process beside the bucket, in the same hash: a call is applied once,
+//     however often the client sends it, and its answer carries the
+//     process's granted total, so a lost answer's tokens arrive with the
+//     next one. Any go-redis settings will do.
 //   - A process that saw the bucket hold too little for a retry refuses
 //     retries locally, without asking Redis, for about Recheck: while the
 //     fleet's bucket is empty each process calls Redis about once a Recheck,
@@ -42,7 +49,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"reflect"
 	"strconv"
 	"strings"
@@ -86,11 +92,10 @@ const (
 type Options struct {
 	// Client talks to Redis: a single node, Sentinel or Cluster. Required.
 	// The whole budget lives under Key, so in a Cluster it lives in one
-	// hash slot. Make it with MaxRetries -1, so that go-redis never sends
-	// the budget's script a second time after Redis ran it, and with
-	// ContextTimeoutEnabled off (the default), so that a late answer's
-	// tokens still land in the lease rather than being lost with the
-	// connection (docs/fleet.md).
+	// hash slot. Any settings will do: Redis applies each call once, even
+	// when the client sends it again (MaxRetries, a Cluster's redirects),
+	// and a call the client gave up on (ContextTimeoutEnabled) has its
+	// tokens brought by the next answer (docs/fleet.md).
 	Client redis.UniversalClient
 	// Key names the fleet's bucket: every process that uses the same key
 	// shares it. Required.
@@ -155,14 +160,22 @@ type Budget struct {
 	fallback retryhttp.RetryBudget
 	epoch    time.Time // the clock's origin: times below are nanoseconds since
 
-	lease    atomic.Int64 // tokens taken from Redis and not yet spent
-	deposits atomic.Int64 // first-try successes not yet sent
-	seen     atomic.Int64 // the bucket's tokens at this process's last call
+	// The process's record in the bucket's hash (the fleet protocol): its
+	// field's name, and its totals, which every call carries.
+	id       string
+	lease    atomic.Int64 // tokens granted and not yet spent
+	spent    atomic.Int64 // tokens paid from the lease, refunds deducted, in total
+	deposits atomic.Int64 // first-try successes counted for Redis, in total
+	seenDep  atomic.Int64 // of them, those Redis has seen (credited, or no room)
+	seen     atomic.Int64 // the bucket's tokens at this process's last answer
+	room     atomic.Int64 // the room for deposits at its last answer, less the tokens spent its call reported
 	next     atomic.Int64 // before it, a bucket seen too low is not asked again
 
-	mu      sync.Mutex
-	fl      *flight // the call to Redis in progress, if any
-	waiting int64   // tokens wanted by the withdrawals waiting for a call
+	mu       sync.Mutex
+	fl       *flight // the call to Redis in progress, if any
+	waiting  int64   // tokens wanted by the withdrawals waiting for a call
+	seq      int64   // the sequence number of the last call sent
+	answered int64   // the sequence number of the freshest answer
 
 	downUntil atomic.Int64
 	down      atomic.Bool
@@ -175,12 +188,13 @@ type Budget struct {
 }
 
 // A flight is one call to Redis, shared by every withdrawal that waits for
-// it. done is closed when the call answered or its Timeout passed; the
-// call's goroutine settles its deposits either way.
+// it. done is closed when the call answered or its Timeout passed.
 type flight struct {
-	done chan struct{}
-	end  int64 // on the budget's clock: done is closed by then
-	over bool  // done is closed (under Budget.mu)
+	done  chan struct{}
+	end   int64 // on the budget's clock: done is closed by then
+	seq   int64 // the call's sequence number
+	spent int64 // the tokens spent it reported
+	over  bool  // done is closed (under Budget.mu)
 }
 
 type counters struct {
@@ -232,7 +246,8 @@ func New(opts Options) (*Budget, error) {
 	// The script counts in Lua numbers (doubles): past 2^53 they are not
 	// exact, and the integer reply of a larger one wraps.
 	opts.Capacity = min(opts.Capacity, maxExact)
-	b := &Budget{opts: opts, key: opts.Key, capacity: opts.Capacity, fallback: opts.Fallback, epoch: time.Now(), warmed: make(chan struct{})}
+	b := &Budget{opts: opts, key: opts.Key, capacity: opts.Capacity, fallback: opts.Fallback, epoch: time.Now(), warmed: make(chan struct{}),
+		id: strconv.FormatUint(rand.Uint64(), 36)}
 	if opts.Shards > 1 {
 		b.key, b.capacity = ShardKey(opts.Key, rand.IntN(opts.Shards)), opts.Capacity/int64(opts.Shards)
 		if b.capacity < retryhttp.RetryCost {
@@ -273,35 +288,101 @@ func isNilPointer(b retryhttp.RetryBudget) bool {
 // warmTimeout bounds the background warm-up: a connection and a SCRIPT LOAD.
 const warmTimeout = 5 * time.Second
 
-// takeScript adds the caller's deposits (never above the capacity), then,
-// if need > 0 and the bucket holds need tokens, grants as many as it holds
-// up to max(want, need), in one atomic step. A missing bucket starts full.
-// It writes only what changed. KEYS[1] the bucket; ARGV: deposit, need,
-// want, capacity, ttl (ms). It returns the tokens granted and the tokens
-// left.
+// takeScript is the fleet protocol's one step, atomic in Redis. The bucket
+// is one hash: its tokens, the tokens its processes hold in leases
+// (leased), the sweep's cursor and time (swept), the calls applied already that came again
+// (replayed), and one record per process (field p:<id>):
+// the sequence number of its last call applied, the tokens granted to it
+// in total, the deposits seen in total and, of them, credited, the
+// deposits of unknown fate, the tokens it reported spent, and the time of
+// its last call (ms). A call carries the process's sequence number and
+// totals. A call whose number is not above the record's was applied
+// already (the client sent it again, it ran late, or a Cluster redirected
+// it): it changes nothing but a count of such calls (replayed) and
+// returns the record. Otherwise the script
+// credits the deposits beyond the record's total, up to the room the
+// tokens and the leases leave under the capacity; grants as many tokens as
+// the bucket holds up to max(want, need) if it holds need; keeps tokens
+// plus leased within the capacity; removes records untouched for ttl (a
+// few at a time from the cursor, at most one step every 10 ms, so that a
+// call costs the same however many records the hash holds); and sets the
+// expiry. A missing bucket
+// starts full; a missing record starts from the process's totals (its
+// deposits not yet seen are of unknown fate if an earlier call of the
+// process may have been applied). KEYS[1] the bucket; ARGV: id, seq,
+// need, want, capacity, ttl (ms), then the process's totals: granted,
+// deposits, spent, deposits seen, credited, unknown; then 1 if an earlier
+// call may have been applied. It returns the record's granted, seen,
+// credited and unknown totals, the bucket's tokens, and the room for
+// deposits.
 var takeScript = redis.NewScript(`
-local raw = redis.call('HGET', KEYS[1], 'tokens')
-local cap = tonumber(ARGV[4])
-local t
-if raw == false then
-  t = cap
-else
-  t = tonumber(raw)
+if redis.replicate_commands then redis.replicate_commands() end
+local key, id = KEYS[1], 'p:' .. ARGV[1]
+local seq, need, want = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local cap, ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
+local gk, dt, ut = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local dk, ck, xk = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
+local v = redis.call('HMGET', key, 'tokens', 'leased', id, 'swept')
+local t, L = cap, 0
+if v[1] then
+  t = tonumber(v[1])
   if t == nil then return redis.error_reply('BADDATA tokens is not a number') end
 end
-local before = t
-t = math.min(cap, t + tonumber(ARGV[1]))
-local need, want = tonumber(ARGV[2]), tonumber(ARGV[3])
-local granted = 0
+if v[2] then
+  L = tonumber(v[2])
+  if L == nil then return redis.error_reply('BADDATA leased is not a number') end
+end
+local r = {}
+if v[3] then
+  local f = {string.match(v[3], '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')}
+  if #f ~= 7 then return redis.error_reply('BADDATA a process record is not numbers') end
+  r.s, r.g, r.d, r.c, r.x, r.u = tonumber(f[1]), tonumber(f[2]), tonumber(f[3]), tonumber(f[4]), tonumber(f[5]), tonumber(f[6])
+  if seq <= r.s then
+    redis.call('HINCRBY', key, 'replayed', 1)
+    return {r.g, r.d, r.c, r.x, t, math.max(0, cap - L - t)}
+  end
+  L = L - (r.g - r.u)
+else
+  r.g, r.d, r.c, r.x = gk, dk, ck, xk
+  if ARGV[13] == '1' and dt > dk then
+    r.x, r.d = xk + dt - dk, dt
+  end
+end
+r.g, r.d, r.c, r.x, r.u = math.max(r.g, gk), math.max(r.d, dk), math.max(r.c, ck), math.max(r.x, xk), ut
+L = L + r.g - r.u
+local credit = math.min(math.max(0, dt - r.d), math.max(0, cap - L - t))
+t, r.c, r.d = t + credit, r.c + credit, math.max(r.d, dt)
 if need > 0 and t >= need then
-  granted = math.min(t, math.max(want, need))
-  t = t - granted
+  local granted = math.min(t, math.max(want, need))
+  t, r.g, L = t - granted, r.g + granted, L + granted
 end
-if raw == false or t ~= before then
-  redis.call('HSET', KEYS[1], 'tokens', t)
-  redis.call('PEXPIRE', KEYS[1], ARGV[5])
+if t + L > cap then t = math.max(0, cap - L) end
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local swept = nil
+if v[4] then
+  local c, at = string.match(v[4], '^(%d+) (%d+)$')
+  if at then swept = {c, tonumber(at)} end
 end
-return {granted, t}
+if swept == nil or ms - swept[2] >= 10 then
+  local sc = redis.call('HSCAN', key, swept and swept[1] or '0', 'COUNT', 8)
+  for i = 1, #sc[2], 2 do
+    local f = sc[2][i]
+    if f ~= id and string.sub(f, 1, 2) == 'p:' then
+      local g, u, last = string.match(sc[2][i + 1], '^%d+ (%d+) %d+ %d+ %d+ (%d+) (%d+)$')
+      if last and ms - tonumber(last) > ttl then
+        L = L - (tonumber(g) - tonumber(u))
+        redis.call('HDEL', key, f)
+      end
+    end
+  end
+  redis.call('HSET', key, 'swept', sc[1] .. ' ' .. string.format('%.0f', ms))
+end
+L = math.max(0, L)
+redis.call('HSET', key, 'tokens', t, 'leased', L, id,
+  string.format('%.0f %.0f %.0f %.0f %.0f %.0f %.0f', seq, r.g, r.d, r.c, r.x, r.u, ms))
+redis.call('PEXPIRE', key, ttl)
+return {r.g, r.d, r.c, r.x, t, math.max(0, cap - L - t)}
 `)
 
 // now is the time on the budget's monotonic clock.
@@ -315,20 +396,26 @@ func jitter(d time.Duration) int64 { return int64(d) + rand.Int64N(int64(d)/2+1)
 // process's next call, or on its own once Recheck has passed since the
 // last one. The success path never waits for Redis.
 //
-// A success counts only up to the room the bucket had when this process
-// last saw it: a full bucket drops deposits, as the AWS quota does, and
-// deposits held back while it was full must not be added later, when the
-// bucket has drained, or a fleet of processes would overshoot it together.
+// A success counts only up to the room the bucket and the fleet's leases
+// left at this process's last answer, plus the tokens it spent since: a
+// full bucket drops deposits, as the AWS quota does, and deposits held
+// back while it was full must not be added later, when the bucket has
+// drained, or a fleet of processes would overshoot it together. Redis
+// credits no more than the room it has either.
 func (b *Budget) Deposit(success bool) {
 	if b.down.Load() {
 		b.fallback.Deposit(success)
 		return
 	}
-	if !success || b.deposits.Load() >= b.capacity-b.seen.Load() {
+	if !success {
 		return
 	}
-	b.deposits.Add(retryhttp.SuccessReward)
-	if now := b.now(); now >= b.next.Load() && b.mu.TryLock() {
+	if b.deposits.Load()-b.seenDep.Load() < b.room.Load()+b.spent.Load() {
+		b.deposits.Add(retryhttp.SuccessReward)
+	}
+	// Deposits held at the room's limit travel too: the bucket may have
+	// room again by now.
+	if now := b.now(); b.deposits.Load() > b.seenDep.Load() && now >= b.next.Load() && b.mu.TryLock() {
 		if b.fl == nil && now >= b.next.Load() {
 			b.start(0, 0, now+int64(b.opts.Timeout)) // the deposits travel alone
 		}
@@ -435,23 +522,36 @@ func (b *Budget) WithdrawContext(ctx context.Context, c retryhttp.Class) (retryh
 	}
 }
 
-// start sends a call to Redis with this process's pending deposits, asking
-// for want tokens if the bucket holds need (none for a call that only
-// carries deposits). The caller holds b.mu. The call runs on a goroutine of
-// its own; its flight ends when it answers or at end, whichever comes
-// first.
+// start sends a call to Redis with this process's sequence number and
+// totals (its deposits among them), asking for want tokens if the bucket
+// holds need (none for a call that only carries deposits). The caller
+// holds b.mu. The call runs on a goroutine of its own; its flight ends
+// when it answers or at end, whichever comes first. Whatever becomes of
+// the call, the next one carries the same totals, and Redis applies each
+// call once.
 func (b *Budget) start(need, want, end int64) *flight {
 	if need > 0 {
 		want = max(want, b.opts.Lease, need)
 	}
-	f := &flight{done: make(chan struct{}), end: end}
+	b.seq++
+	f := &flight{done: make(chan struct{}), end: end, seq: b.seq}
 	b.fl = f
-	deposit := b.deposits.Swap(0)
+	prior := 0
+	if b.seq > 1 {
+		prior = 1
+	}
+	// The tokens granted change only under b.mu, and those spent never
+	// exceed them: the record's lease (granted less spent) is never
+	// negative, and at most what the process holds.
+	f.spent = b.spent.Load()
+	args := []any{b.id, b.seq, need, want, b.capacity, b.opts.TTL.Milliseconds(),
+		b.stats.taken.Load(), b.deposits.Load(), f.spent,
+		b.seenDep.Load(), b.stats.credited.Load(), b.stats.dropped.Load(), prior}
 	b.stats.calls.Add(1)
 	wait := time.Duration(end - b.now())
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	timer := time.AfterFunc(wait, func() {
-		b.land(f, 0, 0, fmt.Errorf("%w within %v", ErrTimeout, b.opts.Timeout))
+		b.land(f, nil, fmt.Errorf("%w within %v", ErrTimeout, b.opts.Timeout))
 	})
 	b.out.Add(1)
 	go func() {
@@ -463,53 +563,47 @@ func (b *Budget) start(need, want, end int64) *flight {
 		var err error
 		select {
 		case <-b.warmed:
-			// With the client's own context timeout off (go-redis's
-			// ContextTimeoutEnabled, as Options.Client asks), the call
-			// ends at its read timeout, after the flight has ended, and
-			// its answer still counts.
-			r, err = takeScript.Run(ctx, b.opts.Client, []string{b.key},
-				deposit, need, want, b.capacity, b.opts.TTL.Milliseconds()).Int64Slice()
+			// The client may send the script again (MaxRetries, a
+			// Cluster's redirects), end the call at its context's
+			// deadline while Redis still runs it, or answer after the
+			// flight has ended: Redis applies the call once, and an
+			// answer lost is caught up by the next one.
+			r, err = takeScript.Run(ctx, b.opts.Client, []string{b.key}, args...).Int64Slice()
 		case <-ctx.Done():
 			err = errNotSent
 		}
 		timer.Stop()
-		if err == nil && len(r) != 2 {
+		if err == nil && len(r) != 6 {
 			err = fmt.Errorf("redisbudget: unexpected reply %v", r)
 		}
 		if err != nil && isBadData(err) {
 			err = fmt.Errorf("%w: %w", ErrBadData, err)
 		}
-		// The deposits' fate is known here, once: credited, not applied
-		// (sent again with the next call), or unknown (dropped).
-		switch {
-		case err == nil:
-			b.stats.credited.Add(deposit)
-		case notApplied(err):
-			b.deposits.Add(deposit)
-		default:
-			// Redis may still run the script, late: sending these
-			// deposits again could credit them twice.
-			b.stats.dropped.Add(deposit)
-		}
-		if err != nil {
-			b.land(f, 0, 0, err)
-			return
-		}
-		b.land(f, r[0], r[1], nil)
+		b.land(f, r, err)
 	}()
 	return f
 }
 
-// land ends a flight with the call's answer (err nil) or its failure. Tokens
-// granted always land in the lease, even after the flight ended: they were
-// taken from the bucket, and stay the fleet's. Only the first end of a
-// flight changes whether the budget uses Redis or its fallback.
-func (b *Budget) land(f *flight, granted, left int64, err error) {
+// land ends a flight with the call's answer r (err nil) or its failure.
+// The answer's totals are the record's: the tokens granted beyond those
+// this process received land in the lease, even after the flight ended
+// (they were granted to it, a lost answer's with them). Only the first end
+// of a flight changes whether the budget uses Redis or its fallback.
+func (b *Budget) land(f *flight, r []int64, err error) {
 	b.mu.Lock()
 	if err == nil {
-		b.lease.Add(granted)
-		b.stats.taken.Add(granted)
-		b.seen.Store(left)
+		if g := r[0]; g > b.stats.taken.Load() {
+			b.lease.Add(g - b.stats.taken.Load())
+			b.stats.taken.Store(g)
+		}
+		storeMax(&b.seenDep, r[1])
+		storeMax(&b.stats.credited, r[2])
+		storeMax(&b.stats.dropped, r[3])
+		if f.seq > b.answered { // an older answer, late, says less of the bucket
+			b.answered = f.seq
+			b.seen.Store(r[4])
+			b.room.Store(r[5] - f.spent) // what this process spends since makes room too
+		}
 	}
 	if f.over {
 		b.mu.Unlock()
@@ -554,19 +648,11 @@ func (b *Budget) land(f *flight, granted, left int64, err error) {
 	close(f.done)
 }
 
-// notApplied reports whether a failed call certainly did not change the
-// bucket: Redis answered with an error (the script writes nothing before it
-// could fail), or the command was never sent (no connection).
-func notApplied(err error) bool {
-	var re redis.Error
-	if errors.As(err, &re) {
-		return true
+// storeMax raises v to x if x is larger. The caller holds Budget.mu.
+func storeMax(v *atomic.Int64, x int64) {
+	if x > v.Load() {
+		v.Store(x)
 	}
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return true
-	}
-	return errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed) || errors.Is(err, errNotSent)
 }
 
 // errNotSent is the cause of a call that timed out waiting for the warm-up.
@@ -608,6 +694,7 @@ func (b *Budget) takeLease(cost int64) bool {
 			return false
 		}
 		if b.lease.CompareAndSwap(cur, cur-cost) {
+			b.spent.Add(cost) // after: never more than the tokens granted
 			return true
 		}
 	}
@@ -617,7 +704,10 @@ func (b *Budget) takeLease(cost int64) bool {
 // tokens were taken from the fleet's bucket, and stay the fleet's).
 type lease Budget
 
-func (l *lease) Refund(t retryhttp.Tokens, sent bool) { l.lease.Add(t.Cost) }
+func (l *lease) Refund(t retryhttp.Tokens, sent bool) {
+	l.lease.Add(t.Cost)
+	l.spent.Add(-t.Cost)
+}
 
 // Available reports the tokens this process holds in its lease, or the
 // fallback's while Redis cannot be reached. The fleet's bucket is in Redis:
@@ -657,11 +747,13 @@ type Stats struct {
 	// Taken is how many tokens this process took from the fleet's bucket
 	// into its lease.
 	Taken int64
-	// Credited is how many deposits Redis confirmed it added.
+	// Credited is how many deposits Redis confirmed it added, in this
+	// process's record.
 	Credited int64
-	// Dropped is how many deposits were in calls whose fate is unknown (no
-	// answer in time): Redis may or may not have added them, and they are
-	// not sent again, so that none is added twice.
+	// Dropped is how many deposits have an unknown fate: sent in a call
+	// that may have been applied to a record since lost (Redis restarted
+	// without its data, or the record expired), and never confirmed.
+	// Redis may have added them, to a bucket that is gone.
 	Dropped int64
 }
 
@@ -680,15 +772,40 @@ func (b *Budget) StoreCalls() (calls, localRefusals int64) {
 }
 
 // Tokens reads the bucket this process draws from in Redis (a missing
-// bucket is full), with the budget's Timeout.
-func (b *Budget) Tokens(ctx context.Context) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, b.opts.Timeout)
+// bucket is full). It returns within about the budget's Timeout, or when
+// ctx ends, whatever the client's own timeouts: the read runs on a
+// goroutine of its own, which ends with the client's read. An error after
+// Timeout wraps ErrTimeout and context.DeadlineExceeded.
+func (b *Budget) Tokens(parent context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(parent, b.opts.Timeout)
 	defer cancel()
-	v, err := b.opts.Client.HGet(ctx, b.key, "tokens").Int64()
-	if errors.Is(err, redis.Nil) {
+	type answer struct {
+		v   int64
+		err error
+	}
+	// With the client's context timeout off (go-redis's default), the
+	// context never reaches the socket: the read ends at the client's
+	// ReadTimeout, not at ctx's deadline.
+	ch := make(chan answer, 1)
+	b.out.Add(1)
+	go func() {
+		defer b.out.Add(-1)
+		v, err := b.opts.Client.HGet(ctx, b.key, "tokens").Int64()
+		ch <- answer{v, err}
+	}()
+	var a answer
+	select {
+	case a = <-ch:
+	case <-ctx.Done():
+		if err := parent.Err(); err != nil {
+			return 0, err // the caller's context ended first
+		}
+		return 0, fmt.Errorf("%w within %v: %w", ErrTimeout, b.opts.Timeout, ctx.Err())
+	}
+	if errors.Is(a.err, redis.Nil) {
 		return b.capacity, nil
 	}
-	return v, err
+	return a.v, a.err
 }
 
 // ShardKey is the key of shard i of the bucket under key (Options.Shards).

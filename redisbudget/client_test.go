@@ -17,11 +17,40 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The client fleet.md recommends (MaxRetries: -1, the client's context
-// timeout off) against what go-redis does by itself: send a command again
-// after a network error or a read timeout (which would run the script twice,
-// crediting its deposits twice), and drop a connection whose context ended
-// (which would lose a late answer, and the tokens Redis took for it).
+// go-redis's own behaviour against the budget's accounting: it sends a
+// command again after a network error or a read timeout (MaxRetries, 3 by
+// default), which ran the script twice and credited its deposits twice
+// before each call carried a sequence number; and with ContextTimeoutEnabled
+// it drops a connection whose context ended, which lost a late answer and
+// the tokens Redis granted for it, before the next answer carried the
+// process's granted total. Each test runs with every setting.
+
+// clientSettings are the go-redis settings each test runs with: the
+// defaults, the context timeout on, and no retries (what fleet.md used to
+// ask for).
+var clientSettings = []struct {
+	name string
+	set  func(*redis.UniversalOptions)
+}{
+	{"defaults", func(*redis.UniversalOptions) {}},
+	{"context timeout on", func(o *redis.UniversalOptions) { o.ContextTimeoutEnabled = true }},
+	{"MaxRetries -1", func(o *redis.UniversalOptions) { o.MaxRetries = -1 }},
+}
+
+// eachClient runs f once for each of clientSettings; client makes a
+// go-redis client of those settings from o, closed at the end.
+func eachClient(t *testing.T, f func(t *testing.T, client func(o redis.UniversalOptions) redis.UniversalClient)) {
+	for _, cs := range clientSettings {
+		t.Run(cs.name, func(t *testing.T) {
+			f(t, func(o redis.UniversalOptions) redis.UniversalClient {
+				cs.set(&o)
+				rdb := redis.NewUniversalClient(&o)
+				t.Cleanup(func() { rdb.Close() })
+				return rdb
+			})
+		})
+	}
+}
 
 // rawConn is a plain RESP connection of the test's own to the server: what
 // an operator's redis-cli session is.
@@ -85,13 +114,16 @@ func spendLeaseWith50Deposits(t *testing.T, s *redisServer, b *Budget) {
 
 // An operator drops the clients' connections (CLIENT KILL TYPE normal)
 // just after Redis ran the budget's script and before its answer went out:
-// the client does not send the script again, and the 50 deposits are
-// credited once (with go-redis's default MaxRetries, 3, they were credited
-// twice).
+// the client may send the script again, and the 50 deposits are credited
+// once (with go-redis's default MaxRetries, 3, they were credited twice
+// before calls carried a sequence number).
 func TestDepositsCreditedOnceWhenTheConnectionDropsAfterTheScript(t *testing.T) {
+	eachClient(t, testCreditedOnceAfterClientKill)
+}
+
+func testCreditedOnceAfterClientKill(t *testing.T, client func(redis.UniversalOptions) redis.UniversalClient) {
 	s := startRedis(t)
-	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{s.addr()}, MaxRetries: -1})
-	defer rdb.Close()
+	rdb := client(redis.UniversalOptions{Addrs: []string{s.addr()}})
 	s.client().HSet(context.Background(), "fleet", "tokens", 100)
 	b, err := New(Options{Client: rdb, Key: "fleet", Recheck: time.Hour}) // no call carries deposits alone
 	if err != nil {
@@ -121,14 +153,17 @@ func TestDepositsCreditedOnceWhenTheConnectionDropsAfterTheScript(t *testing.T) 
 }
 
 // Redis paused for 300 ms with a client whose ReadTimeout (200 ms) is under
-// the budget's Timeout (1 s): the read times out, the client does not send
-// the script again, and the 50 deposits are credited once (with go-redis's
+// the budget's Timeout (1 s): the read times out, the client may send the
+// script again, and the 50 deposits are credited once (with go-redis's
 // default MaxRetries they were credited twice, Redis running both copies
-// when it resumed).
+// when it resumed, before calls carried a sequence number).
 func TestDepositsCreditedOnceAfterAPauseWithAShortReadTimeout(t *testing.T) {
+	eachClient(t, testCreditedOnceAfterAPause)
+}
+
+func testCreditedOnceAfterAPause(t *testing.T, client func(redis.UniversalOptions) redis.UniversalClient) {
 	s := startRedis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: s.addr(), ReadTimeout: 200 * time.Millisecond, MaxRetries: -1})
-	defer rdb.Close()
+	rdb := client(redis.UniversalOptions{Addrs: []string{s.addr()}, ReadTimeout: 200 * time.Millisecond})
 	s.client().HSet(context.Background(), "fleet", "tokens", 100)
 	b, err := New(Options{Client: rdb, Key: "fleet", Timeout: time.Second, RetryAfter: 10 * time.Millisecond, Recheck: time.Hour})
 	if err != nil {
@@ -159,17 +194,21 @@ func creditedOnce(t *testing.T, s *redisServer, b *Budget) {
 // A fleet of 20 processes, each making one retry while Redis stalls for
 // 400 ms, longer than the 250 ms Timeout (a fork on a large dataset): the
 // fallbacks pay, and when Redis resumes and runs the 20 scripts, their
-// late answers land in the leases, so no token leaves the fleet's bucket
-// without reaching a lease (with the client's context timeout on, every
-// answer was lost with its connection, and 500 tokens with them).
+// late answers land in the leases, or the next answers bring their grants,
+// so no token leaves the fleet's bucket without reaching a lease (with the
+// client's context timeout on, every answer was lost with its connection,
+// and 500 tokens with them, before answers carried the granted total).
 func TestLateAnswersLandAfterAStall(t *testing.T) {
+	eachClient(t, testLateAnswersLand)
+}
+
+func testLateAnswersLand(t *testing.T, client func(redis.UniversalOptions) redis.UniversalClient) {
 	s := startRedis(t)
 	const procs = 20
 	var budgets []*Budget
 	var spentFromLease atomic.Int64
 	for range procs {
-		rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{s.addr()}, MaxRetries: -1})
-		defer rdb.Close()
+		rdb := client(redis.UniversalOptions{Addrs: []string{s.addr()}})
 		b, err := New(Options{Client: rdb, Key: "fleet", RetryAfter: 50 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)

@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// redisCluster is a real Redis Cluster of three masters, no replicas, each
-// a redis-server of the test's own.
+// redisCluster is a real Redis Cluster of three masters, with or without a
+// replica each, every node a redis-server of the test's own.
 type redisCluster struct {
 	t     *testing.T
 	nodes []*redisServer
@@ -21,28 +21,122 @@ type redisCluster struct {
 
 // startCluster starts three cluster-enabled servers and joins them with
 // redis-cli --cluster create (the package redis-tools).
-func startCluster(t *testing.T) *redisCluster {
+func startCluster(t *testing.T) *redisCluster { return startClusterOf(t, 0, 500) }
+
+// startClusterOf starts a cluster of three masters with replicas replicas
+// each and the given cluster-node-timeout (ms).
+func startClusterOf(t *testing.T, replicas, nodeTimeout int) *redisCluster {
 	t.Helper()
 	if _, err := exec.LookPath("redis-cli"); err != nil {
 		t.Fatalf("redis-cli is not installed (apt-get install -y redis-tools): %v", err)
 	}
 	c := &redisCluster{t: t}
 	var addrs []string
-	for range 3 {
+	for range 3 * (1 + replicas) {
 		// The cluster bus gets a port of its own (cluster-port), so that
 		// port+10000 need not be free.
 		n := startRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "500", "--cluster-port", strconv.Itoa(freePort(t)))
+			"--cluster-node-timeout", strconv.Itoa(nodeTimeout), "--cluster-port", strconv.Itoa(freePort(t)),
+			// A replica syncs at once, not after the 5 s Redis 7 waits
+			// for more replicas to share a diskless sync.
+			"--repl-diskless-sync-delay", "0")
 		c.nodes = append(c.nodes, n)
 		addrs = append(addrs, n.addr())
 	}
 	out, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...),
-		"--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
+		"--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
 	c.waitOK()
+	if replicas > 0 {
+		waitFor(t, "every replica in sync", func() bool {
+			for _, n := range c.nodes {
+				if role, _ := n.role(); role == "" {
+					return false
+				}
+			}
+			return true
+		})
+	}
 	return c
+}
+
+// role reports the node's role ("master", or "slave" once its link to its
+// master is up) and, for a replica, its master's port.
+func (n *redisServer) role() (role string, masterPort int64) {
+	rdb := redis.NewClient(&redis.Options{Addr: n.addr(), MaxRetries: -1, ReadTimeout: time.Second})
+	defer rdb.Close()
+	info, err := rdb.Info(context.Background(), "replication").Result()
+	if err != nil {
+		return "", 0
+	}
+	fields := map[string]string{}
+	for _, line := range strings.Split(info, "\r\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			fields[k] = v
+		}
+	}
+	switch fields["role"] {
+	case "master":
+		return "master", 0
+	case "slave":
+		if fields["master_link_status"] != "up" {
+			return "", 0
+		}
+		port, _ := strconv.ParseInt(fields["master_port"], 10, 64)
+		return "slave", port
+	}
+	return "", 0
+}
+
+// serving returns the running node that is master of key's slot by its
+// own account and by its CLUSTER SLOTS, or nil if none is yet.
+func (c *redisCluster) serving(key string) *redisServer {
+	slot := redisSlot(hashTag(key))
+	for _, n := range c.nodes {
+		if n.cmd == nil {
+			continue
+		}
+		if role, _ := n.role(); role != "master" {
+			continue
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: n.addr(), MaxRetries: -1, ReadTimeout: time.Second})
+		slots, err := rdb.ClusterSlots(context.Background()).Result()
+		rdb.Close()
+		if err != nil {
+			continue
+		}
+		for _, r := range slots {
+			if r.Start <= slot && slot <= r.End && len(r.Nodes) > 0 && r.Nodes[0].Addr == n.addr() {
+				return n
+			}
+		}
+	}
+	return nil
+}
+
+// replicaOf returns a running replica of master, in sync, or nil.
+func (c *redisCluster) replicaOf(master *redisServer) *redisServer {
+	for _, n := range c.nodes {
+		if n.cmd == nil || n == master {
+			continue
+		}
+		if role, port := n.role(); role == "slave" && port == int64(master.port) {
+			return n
+		}
+	}
+	return nil
+}
+
+// hashTag is the part of key Redis Cluster hashes.
+func hashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
 }
 
 // waitOK waits until every running node says cluster_state:ok.

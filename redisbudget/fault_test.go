@@ -84,9 +84,10 @@ func TestSmallLeasePaysForARetry(t *testing.T) {
 	}
 }
 
-// A call that times out leaves its deposits' fate unknown: Redis may run it
-// when it resumes. They are never sent again, so they are credited at most
-// once (they used to be sent again: 50 successes credited 100).
+// A call that times out may still run when Redis resumes. The next call
+// carries the same totals, so the deposits are credited once either way
+// (they used to be sent again: 50 successes credited 100), and the tokens
+// the late run granted reach the lease, with its answer or the next one.
 func TestDepositsCreditedOnceAfterATimeout(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -126,7 +127,7 @@ func TestDepositsCreditedOnceAfterATimeout(t *testing.T) {
 				// The client gives up at its context's deadline, which may
 				// come a little after the budget's own timer: a Redis
 				// resumed before then would still answer in time.
-				waitFor(t, "the client to give up", func() bool { return b.Stats().Dropped == 50 })
+				waitFor(t, "the client to give up", func() bool { return b.out.Load() == 0 })
 			}
 			s.resume()
 			// Redis runs the call it had read: +50, -28.
@@ -143,13 +144,9 @@ func TestDepositsCreditedOnceAfterATimeout(t *testing.T) {
 			if got, want := s.tokens("fleet"), int64(72+50-28-28); got != want {
 				t.Errorf("got %d tokens in Redis; want %d (the 50 deposits credited once)", got, want)
 			}
-			st := b.Stats()
-			credited, dropped := int64(50), int64(0)
-			if tc.opts.ReadTimeout == 0 {
-				credited, dropped = 0, 50
-			}
-			if st.Credited != credited || st.Dropped != dropped {
-				t.Errorf("got %d deposits confirmed, %d dropped; want %d, %d", st.Credited, st.Dropped, credited, dropped)
+			// Three batches: before the pause, the late run's, the last.
+			if st := b.Stats(); st.Credited != 50 || st.Dropped != 0 || st.Taken != 3*28 {
+				t.Errorf("got %d deposits confirmed, %d of unknown fate, %d tokens taken; want 50, 0, 84", st.Credited, st.Dropped, st.Taken)
 			}
 		})
 	}

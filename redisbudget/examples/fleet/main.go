@@ -154,7 +154,7 @@ func runFleet(cfg config, addr, key string) stats {
 		}
 	}()
 	st := run(cfg, func(int) retryhttp.RetryBudget {
-		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+		rdb := redis.NewClient(&redis.Options{Addr: addr}) // go-redis's defaults
 		clients = append(clients, rdb)
 		b, err := redisbudget.New(redisbudget.Options{Client: rdb, Key: key,
 			OnFallback: func(err error) {
