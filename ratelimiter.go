@@ -239,6 +239,7 @@ type RateLimiter struct {
 	next    time.Time     // when the next permit is due
 	gap     time.Duration // the interval next was scheduled with
 	pause   time.Time     // no permit before (Retry-After)
+	holes   []permit      // canceled permits of this round with live ones after them
 
 	share  float64       // while starting: the rate's share of the demand; 0 after
 	ceil   float64       // while starting: the most the rate may be; +Inf if none
@@ -583,6 +584,7 @@ func (l *RateLimiter) cut(now time.Time, slot time.Duration) {
 	}
 	l.cutAt = now
 	l.epoch++
+	l.holes = l.holes[:0]
 	l.answers, l.throttles = 0, 0
 	// The next permit is one interval of the new rate away; attempts
 	// already waiting take new permits (see acquire).
@@ -721,12 +723,14 @@ func (l *RateLimiter) give(at, now time.Time) permit {
 // asked at now, leaves room for the attempt before deadline (if not zero),
 // comes within MaxWait and within queuePermits of the rate: the lower of
 // the rate now and at the permit's time, as a ramp or a probe that starts
-// during the wait makes the wait no longer. Must hold mu.
+// during the wait makes the wait no longer, and never above the rate the
+// permits ahead were given at: asks refused in a burst raise the demand
+// measured, not the queue ahead. Must hold mu.
 func (l *RateLimiter) permitted(at, due, now, deadline time.Time) bool {
 	wait := at.Sub(due)
 	return (deadline.IsZero() || at.Add(l.room()).Before(deadline)) &&
 		(l.MaxWait <= 0 || wait <= l.MaxWait) &&
-		wait.Seconds()*min(l.rateAt(at, now), l.rateAt(now, now)) <= queuePermits
+		wait.Seconds()*min(l.rateAt(at, now), l.rateAt(now, now), 1/l.gap.Seconds()) <= queuePermits
 }
 
 // room is the time an attempt is expected to take: the smoothed latency
@@ -759,12 +763,23 @@ func (p *permit) cancel() {
 	}
 	now := time.Now()
 	l.mu.Lock()
-	if p.epoch == l.epoch && p.seq == l.seq {
-		// The limiter is as before the permit was given: the next one
-		// comes after the one before it, at the interval that one was
-		// given with (see due), and that one is the last given again.
-		l.next, l.gap = later(p.prev, now), p.gap
-		l.seq--
+	if p.epoch == l.epoch {
+		l.holes = append(l.holes, *p)
+		// While the last permit given is canceled, the limiter is as
+		// before it was given: the next one comes after the one before
+		// it, at the interval that one was given with (see due), and
+		// that one is the last given again. A canceled permit with live
+		// ones after it waits in holes until they are canceled too.
+		for i := 0; i < len(l.holes); {
+			if h := l.holes[i]; h.epoch == l.epoch && h.seq == l.seq {
+				l.next, l.gap = later(h.prev, now), h.gap
+				l.seq--
+				l.holes = append(l.holes[:i], l.holes[i+1:]...)
+				i = 0
+				continue
+			}
+			i++
+		}
 	}
 	l.mu.Unlock()
 	*p = permit{}
