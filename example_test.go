@@ -261,9 +261,9 @@ func ExampleRateLimiter() {
 	start := time.Now()
 	resp, _ := client.Get(srv.URL + "/busy")
 	resp.Body.Close()
-	fmt.Printf("%d; limiting at %.0f requests/s\n", resp.StatusCode, lim.Rate())
+	fmt.Printf("%d; limiting at %.0f requests/s\n", resp.StatusCode, lim.Stats().Rate)
 
-	// One send so far: measured over at least 100 ms, 10/s, cut to 7/s.
+	// One send so far: metered over at least 100 ms, 10/s, cut to 7/s.
 	// The next permit is 1/7 s after the 429: a 20 ms deadline is too close.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()

@@ -12,8 +12,10 @@
 //	cd bench && go run ./cmd/matrix -workloads heldout.json -seeds 3
 //	cd bench && go run ./cmd/matrix -trace -only 'steady/10c/2x'
 //
-// -maxwait, -recovery and -beta add a peer "retryhttp-variant": retryhttp
-// with a RateLimiter so configured, whose goals are checked too. To measure
+// -maxwait adds a peer "retryhttp-variant": retryhttp with a RateLimiter
+// so configured, whose goals are checked too. Built with the tag
+// retryhttp_ablate, the RateLimiter reads RETRYHTTP_ABLATE (see
+// ../ablate.go in the root, and ablate.sh) to switch a tuned number off. To measure
 // a change to retryhttp quickly, run only its peers against a saved run of
 // the others (the AWS SDK's runs take most of the time):
 //
@@ -59,8 +61,6 @@ func main() {
 	only := flag.String("only", "", "run only the workloads whose names match this regexp")
 	smoke := flag.Bool("smoke", false, "run the CI-sized matrix (bench.SmokeMatrix) with one seed")
 	maxWait := flag.Duration("maxwait", 0, "add retryhttp-variant: a RateLimiter with this MaxWait")
-	recovery := flag.Duration("recovery", 0, "add retryhttp-variant: a RateLimiter with this Recovery")
-	beta := flag.Float64("beta", 0, "add retryhttp-variant: a RateLimiter with this Beta")
 	peerRE := flag.String("peers", "", "run only the peers whose names match this regexp")
 	against := flag.String("against", "", "take the runs of the peers not run from this saved report (same workloads and seeds)")
 	procs := flag.Int("procs", runtime.NumCPU(), "processes to run the matrix in")
@@ -112,20 +112,10 @@ func main() {
 	peers := bench.DefaultThrottlePeers()
 	checked := []string{bench.PeerRetryHTTP}
 	var variant string
-	if *maxWait > 0 || *recovery > 0 || *beta > 0 {
-		var set []string
-		if *maxWait > 0 {
-			set = append(set, "MaxWait: "+maxWait.String())
-		}
-		if *recovery > 0 {
-			set = append(set, "Recovery: "+recovery.String())
-		}
-		if *beta > 0 {
-			set = append(set, fmt.Sprintf("Beta: %g", *beta))
-		}
-		variant = "RateLimiter{" + strings.Join(set, ", ") + "}"
+	if *maxWait > 0 {
+		variant = "RateLimiter{MaxWait: " + maxWait.String() + "}"
 		peers = append(peers, bench.RetryHTTPPeer("retryhttp-variant", func() *retryhttp.RateLimiter {
-			return &retryhttp.RateLimiter{MaxWait: *maxWait, Recovery: *recovery, Beta: *beta}
+			return &retryhttp.RateLimiter{MaxWait: *maxWait}
 		}))
 		checked = append(checked, "retryhttp-variant")
 	}
@@ -231,7 +221,7 @@ func traceRates(t *testing.T, w bench.Workload, seed int) string {
 		fmt.Fprintf(&b, "%4ds", len(rows)+1)
 		mu.Lock()
 		for _, l := range lims {
-			fmt.Fprintf(&b, " %6.1f", l.Rate())
+			fmt.Fprintf(&b, " %6.1f", l.Stats().Rate)
 		}
 		mu.Unlock()
 		rows = append(rows, b.String())

@@ -1,0 +1,363 @@
+package retryhttp
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// ErrRateLimited is the error of a request whose next attempt got no send
+// permit: the permit would come after the attempt's share of the time left
+// before its deadline, or beyond RateLimiter.MaxWait. Nothing was sent for
+// that attempt.
+var ErrRateLimited = errors.New("retryhttp: no send permit before the deadline")
+
+// The limiter's tuned numbers, each earned by an ablation on the matrix
+// (docs/throttling.md, "Ablation"). They are variables only so that the lab
+// can switch one off (ablate.go, built with the tag retryhttp_ablate).
+var (
+	limBeta    = 0.7  // the most of a rate one cut keeps at least: CUBIC's factor
+	limMargin  = 0.05 // how far below the accepted rate a cut sets the rate
+	limTau     = 1.0  // seconds: the time constant of the demand and accepted meters
+	limGrowth  = 0.1  // the cubic's scale per second cubed, as a share of the demand
+	limWait    = 0.1  // the share of the time left that an attempt may wait
+	limCap     = 2.0  // the rate is at most this many times the demand
+	limMinRate = 0.1  // permits per second: the lowest rate
+	limHold    = 4.0  // seconds: the longest hold at a cut's rate
+)
+
+// A RateLimiter paces the attempts of a client that a server throttles.
+// Until its first throttle it is Free: every attempt goes at once, and it
+// meters the attempts asked for (the demand) and those the server accepted.
+// A throttle (a 429, or what the Policy classifies as Throttling) cuts the
+// rate, once a round: a throttle of a permit given before the last cut was
+// answered by that cut. A cut sets the rate to the accepted rate less a
+// margin, or to Beta of the rate that drew the throttle if that is more.
+// After a cut the rate grows back along a cubic, as CUBIC's window does:
+// concave up to the rate that drew the throttle (Recovering), then convex
+// past it (Probing), so that a capacity that returns or rises is found
+// within seconds. The cubic's scale is a share of the demand: clients grow
+// in proportion to what they ask, and their shares follow their demands.
+// The rate is never more than twice the demand, nor less than a tenth of a
+// permit a second. Permits are spaced one interval of the rate apart, and a
+// slot left unused for up to an interval is kept for the next attempt. An
+// attempt waits for a permit only within a tenth of the time left before its
+// deadline, and within MaxWait: no queue stands, and the rest fail at once
+// with ErrRateLimited. A refused attempt sends nothing and holds no slot; a
+// permit canceled gives its slot back, in whatever order cancels come. A
+// throttle with Retry-After (or x-amz-retry-after) pauses the limiter:
+// Paused, it gives no permit before the time the server asked for.
+//
+// The zero RateLimiter is ready to use. It is safe for concurrent use, and
+// Transports that call one dependency may share it; it starts no goroutine
+// and no timer. MaxWait must not change after first use.
+type RateLimiter struct {
+	// MaxWait bounds an attempt's wait for its permit; zero means no bound
+	// but the deadline's.
+	MaxWait time.Duration
+
+	mu               sync.Mutex
+	limited          bool    // a throttle came: not Free
+	demand, sent     meter   // attempts asked for, and sent, per second
+	accepted         meter   // attempts accepted per second
+	top, low         float64 // the rate that drew the last throttle, and the cut's
+	hold             float64 // seconds the cut's rate is held before the cubic
+	scale, plateau   float64 // the cubic's scale, and seconds from the cubic's start to top
+	cutAt, next      time.Time
+	pause            time.Time // no permit before (Retry-After)
+	cuts             uint64
+	refused          int64
+}
+
+// The states of a RateLimiter (RateLimiterStats.State).
+type limiterState uint8
+
+const (
+	free       limiterState = iota // no throttle yet: no limit
+	recovering                     // below the rate that drew the last throttle
+	probing                        // at or past it
+	paused                         // within a Retry-After
+)
+
+var stateNames = [...]string{"free", "recovering", "probing", "paused"}
+
+// RateLimiterStats is a RateLimiter's state, for metrics.
+type RateLimiterStats struct {
+	State   string  // "free", "recovering", "probing" or "paused"
+	Rate    float64 // permits per second now; 0 while free
+	Cuts    uint64  // cuts of the rate so far
+	Refused int64   // attempts refused a permit (ErrRateLimited)
+}
+
+// Stats reports the limiter's state.
+func (l *RateLimiter) Stats() RateLimiterStats {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := RateLimiterStats{State: stateNames[l.state(now)], Cuts: l.cuts, Refused: l.refused}
+	if l.limited {
+		s.Rate = l.rateAt(now)
+	}
+	return s
+}
+
+// state is the limiter's state at now. Must hold mu.
+func (l *RateLimiter) state(now time.Time) limiterState {
+	switch {
+	case !l.limited:
+		return free
+	case now.Before(l.pause):
+		return paused
+	case now.Sub(l.cutAt).Seconds() < l.hold+l.plateau:
+		return recovering
+	}
+	return probing
+}
+
+// rateAt is the cubic at now, within limCap of the demand and limMinRate.
+// Must hold mu.
+func (l *RateLimiter) rateAt(now time.Time) float64 {
+	t := now.Sub(l.cutAt).Seconds() - l.hold
+	r := l.low
+	if t > 0 {
+		t -= l.plateau
+		r = l.top + l.scale*t*t*t
+	}
+	r = min(r, limCap*max(l.demand.rate(now), l.low))
+	return max(r, limMinRate)
+}
+
+// cut answers a throttle at now of a permit given at rate drew. Must hold mu.
+func (l *RateLimiter) cut(now time.Time, drew float64) {
+	// Throttled no lower than the last throttle came: the capacity holds,
+	// and so does the next cut, twice as long as the last; lower, the
+	// capacity fell, and the cut is not held.
+	if l.limited && drew >= (1-limMargin)*l.top {
+		l.hold = min(2*l.hold+l.plateau, limHold)
+	} else {
+		l.hold = 0
+	}
+	l.top = max(drew, limMinRate)
+	l.low = max(limBeta*l.top, min(l.top, l.accepted.rate(now))*(1-limMargin))
+	l.scale = limGrowth * max(l.demand.rate(now), l.low)
+	l.plateau = math.Cbrt((l.top - l.low) / l.scale)
+	l.cutAt, l.limited = now, true
+	l.next = now.Add(interval(l.low)) // a new schedule: the permits of the last are void
+	l.cuts++
+}
+
+// A permit is an attempt's right to be sent. It is owned by the attempt:
+// answered once the attempt is sent, or canceled, which gives its slot back.
+// A free limiter's permit holds no slot.
+type permit struct {
+	l      *RateLimiter
+	cuts   uint64        // the cuts made before it was given: its round
+	slot   time.Duration // the interval it took
+	at     time.Time     // when its attempt may be sent
+	waited time.Duration // how long the attempt waited for it
+}
+
+// acquire waits for a permit for an attempt due now and puts it in into. It
+// returns ErrRateLimited at once when the permit would come too late, or
+// the context's error if it ends first; either way it holds nothing. A cut
+// or a pause during the wait voids the permit, and a new one is asked for.
+func (l *RateLimiter) acquire(ctx context.Context, into *permit) error {
+	due := time.Now()
+	for ask := true; ; ask = false {
+		now := time.Now()
+		p, ok := l.reserve(now, due, l.longest(ctx, due), ask)
+		if !ok {
+			return ErrRateLimited
+		}
+		if d := p.at.Sub(now); d > 0 {
+			if err := sleep(ctx, d); err != nil {
+				p.cancel()
+				return err
+			}
+			if l.void(&p) {
+				continue
+			}
+			p.waited = time.Since(due)
+		}
+		*into = p
+		return nil
+	}
+}
+
+// tryAcquire gives a permit for an attempt to be sent at once, if one is due:
+// a hedge does not wait.
+func (l *RateLimiter) tryAcquire(now time.Time) (permit, bool) {
+	return l.reserve(now, now, 0, false)
+}
+
+// admits reports whether a retry sent after delay would get a permit in time.
+// It takes nothing: the retry asks for its permit when it is due.
+func (l *RateLimiter) admits(ctx context.Context, delay time.Duration) bool {
+	now := time.Now()
+	due := now.Add(delay)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.limited || !l.due(due).After(due.Add(l.longest(ctx, due))) {
+		return true
+	}
+	l.refused++
+	return false
+}
+
+// longest is the longest wait for an attempt due at due: its share of the
+// time left, and MaxWait.
+func (l *RateLimiter) longest(ctx context.Context, due time.Time) time.Duration {
+	w := time.Duration(math.MaxInt64)
+	if l.MaxWait > 0 {
+		w = l.MaxWait
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		w = min(w, time.Duration(limWait*float64(dl.Sub(due))))
+	}
+	return w
+}
+
+// due is when a permit asked for at now can come. Must hold mu.
+func (l *RateLimiter) due(now time.Time) time.Time {
+	return later(later(l.next, now), l.pause)
+}
+
+// reserve takes a slot for an attempt due at due, asked for at now (counted
+// in the demand when ask), if it comes within longest of due.
+func (l *RateLimiter) reserve(now, due time.Time, longest time.Duration, ask bool) (permit, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ask {
+		l.demand.add(now)
+	}
+	if !l.limited {
+		l.sent.add(now)
+		return permit{l: l}, true
+	}
+	at := l.due(now)
+	if at.Sub(due) > max(longest, 0) {
+		l.refused++
+		return permit{}, false
+	}
+	iv := interval(l.rateAt(now))
+	l.next = later(l.next, at.Add(-iv)).Add(iv)
+	l.sent.add(now)
+	return permit{l: l, cuts: l.cuts, slot: iv, at: at}, true
+}
+
+// void reports whether p, waited for, is void: a cut since it was given
+// made a new schedule, or it falls within a pause (then its slot is given
+// back). A void permit is emptied.
+func (l *RateLimiter) void(p *permit) bool {
+	l.mu.Lock()
+	cut, paused := p.cuts != l.cuts, p.at.Before(l.pause)
+	l.mu.Unlock()
+	if paused && !cut {
+		p.cancel()
+	}
+	if cut || paused {
+		*p = permit{}
+	}
+	return cut || paused
+}
+
+// cancel gives back the slot of a permit whose attempt will not be sent: the
+// schedule moves one slot earlier, as x/time/rate's Reservation.Cancel
+// restores its tokens. It empties p.
+func (p *permit) cancel() {
+	if l := p.l; l != nil && p.slot > 0 {
+		l.mu.Lock()
+		if p.cuts == l.cuts { // a cut's new schedule holds no slot of it
+			l.next = l.next.Add(-p.slot)
+		}
+		l.mu.Unlock()
+	}
+	*p = permit{}
+}
+
+// answered reports the answer to the attempt sent under p, classified as
+// class: a throttle cuts the rate (once a round) and pauses it for the
+// delay a Retry-After asks for, within the Policy's MaxServerDelay; any
+// other answer is accepted.
+func (p *permit) answered(pol *Policy, resp *http.Response, err error, class Class) {
+	l := p.l
+	if l == nil {
+		return
+	}
+	now := time.Now()
+	throttled := class == Throttling
+	var pause time.Duration
+	if d, ok := serverDelay(pol, resp, now); ok && throttled {
+		pause = serverPause(pol, d)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case !throttled:
+		if err == nil {
+			l.accepted.add(now)
+		}
+		return
+	case !l.limited:
+		l.cut(now, l.sent.rate(now))
+	case p.cuts == l.cuts:
+		l.cut(now, min(l.rateAt(now), l.sent.rate(now)))
+	}
+	if until := now.Add(pause); until.After(l.pause) {
+		l.pause = until
+	}
+}
+
+// rate is the limiter's rate for metrics: 0 for none, or while free.
+func (l *RateLimiter) rate() float64 {
+	if l == nil {
+		return 0
+	}
+	return l.Stats().Rate
+}
+
+// interval is the gap between permits at r per second, at most 1<<62 ns.
+func interval(r float64) time.Duration {
+	if d := float64(time.Second) / r; d < 1<<62 {
+		return time.Duration(d)
+	}
+	return 1 << 62
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// A meter is a rate of events, weighted exponentially over limTau seconds
+// and divided by the weight of its age (a tenth of limTau at least), so that
+// a young meter reads the rate seen so far, not a fraction of it.
+type meter struct {
+	w         float64
+	at, since time.Time
+}
+
+func (m *meter) add(now time.Time) {
+	if m.since.IsZero() {
+		m.since, m.at = now, now
+	}
+	m.w = m.weight(now) + 1
+	m.at = now
+}
+
+func (m *meter) weight(now time.Time) float64 {
+	return m.w * math.Exp(-max(now.Sub(m.at).Seconds(), 0)/limTau)
+}
+
+func (m *meter) rate(now time.Time) float64 {
+	if m.since.IsZero() {
+		return 0
+	}
+	age := max(now.Sub(m.since).Seconds(), 0)
+	return m.weight(now) / max(limTau*-math.Expm1(-age/limTau), limTau/10)
+}
