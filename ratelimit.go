@@ -19,10 +19,10 @@ var ErrRateLimited = errors.New("retryhttp: no send permit before the deadline")
 // (docs/throttling.md, "Ablation"). They are variables only so that the lab
 // can switch one off (ablate.go, built with the tag retryhttp_ablate).
 var (
-	limBeta    = 0.7  // the most of a rate one cut keeps at least: CUBIC's factor
-	limMargin  = 0.05 // how far below the accepted rate a cut sets the rate
+	limBeta    = 0.5  // the least of a rate one cut keeps
+	limMargin  = 0.1  // how far below the accepted rate a cut sets the rate
 	limTau     = 1.0  // seconds: the time constant of the demand and accepted meters
-	limGrowth  = 0.1  // the cubic's scale per second cubed, as a share of the demand
+	limGrowth  = 0.05 // the cubic's scale per second cubed, as a share of the demand
 	limWait    = 0.1  // the share of the time left that an attempt may wait
 	limCap     = 2.0  // the rate is at most this many times the demand
 	limMinRate = 0.1  // permits per second: the lowest rate
@@ -30,26 +30,30 @@ var (
 )
 
 // A RateLimiter paces the attempts of a client that a server throttles.
-// Until its first throttle it is Free: every attempt goes at once, and it
-// meters the attempts asked for (the demand) and those the server accepted.
-// A throttle (a 429, or what the Policy classifies as Throttling) cuts the
-// rate, once a round: a throttle of a permit given before the last cut was
-// answered by that cut. A cut sets the rate to the accepted rate less a
-// margin, or to Beta of the rate that drew the throttle if that is more.
-// After a cut the rate grows back along a cubic, as CUBIC's window does:
-// concave up to the rate that drew the throttle (Recovering), then convex
-// past it (Probing), so that a capacity that returns or rises is found
-// within seconds. The cubic's scale is a share of the demand: clients grow
-// in proportion to what they ask, and their shares follow their demands.
-// The rate is never more than twice the demand, nor less than a tenth of a
-// permit a second. Permits are spaced one interval of the rate apart, and a
-// slot left unused for up to an interval is kept for the next attempt. An
-// attempt waits for a permit only within a tenth of the time left before its
-// deadline, and within MaxWait: no queue stands, and the rest fail at once
-// with ErrRateLimited. A refused attempt sends nothing and holds no slot; a
-// permit canceled gives its slot back, in whatever order cancels come. A
-// throttle with Retry-After (or x-amz-retry-after) pauses the limiter:
-// Paused, it gives no permit before the time the server asked for.
+// Until its first throttle it is free: every attempt goes at once, and it
+// meters the attempts asked for (the demand) and those sent. A throttle (a
+// 429, or what the Policy classifies as Throttling) cuts the rate once a
+// round: a throttle of a permit given before the last cut was answered by
+// that cut. The first cut keeps limBeta squared of the rate sent, as the
+// capacity is unknown. A later cut keeps the share of the round's answers
+// that the server accepted, less limMargin, and at least limBeta. A cut of a
+// round that had limBeta of its answers accepted holds its rate twice as
+// long as the last did, up to limHold; after a worse round, a fall of the
+// capacity, it holds it not at all.
+// After the hold the rate grows along a cubic, as CUBIC's window does:
+// concave back to the rate that drew the throttle (recovering), then convex
+// past it (probing). The cubic's scale is limGrowth of the demand, so that
+// clients grow in proportion to what they ask. The rate is never more than
+// limCap times the demand (or the cut's rate), nor less than limMinRate.
+// Permits are spaced one interval of the rate apart, a slot left unused for
+// up to an interval is kept for the next attempt, and a cut starts a new
+// schedule: attempts waiting under the last ask again. An attempt waits only
+// within limWait of the time left before its deadline, and within MaxWait:
+// no queue stands, and the rest fail at once with ErrRateLimited. A refused
+// attempt sends nothing and holds no slot; a canceled permit gives its slot
+// back, whatever the order of cancels. A throttle with Retry-After (or
+// x-amz-retry-after) pauses the limiter: paused, it gives no permit before
+// the time the server asked for.
 //
 // The zero RateLimiter is ready to use. It is safe for concurrent use, and
 // Transports that call one dependency may share it; it starts no goroutine
@@ -62,7 +66,7 @@ type RateLimiter struct {
 	mu               sync.Mutex
 	limited          bool    // a throttle came: not Free
 	demand, sent     meter   // attempts asked for, and sent, per second
-	accepted         meter   // attempts accepted per second
+	answers, accepts int     // answers to the permits of this round, and those accepted
 	top, low         float64 // the rate that drew the last throttle, and the cut's
 	hold             float64 // seconds the cut's rate is held before the cubic
 	scale, plateau   float64 // the cubic's scale, and seconds from the cubic's start to top
@@ -132,19 +136,25 @@ func (l *RateLimiter) rateAt(now time.Time) float64 {
 
 // cut answers a throttle at now of a permit given at rate drew. Must hold mu.
 func (l *RateLimiter) cut(now time.Time, drew float64) {
-	// Throttled no lower than the last throttle came: the capacity holds,
-	// and so does the next cut, twice as long as the last; lower, the
-	// capacity fell, and the cut is not held.
-	if l.limited && drew >= (1-limMargin)*l.top {
+	top := max(drew, limMinRate)
+	kept := float64(l.accepts) / float64(l.answers)
+	low := top * max(limBeta, kept*(1-limMargin))
+	if !l.limited {
+		low = top * limBeta * limBeta // the first: the capacity is unknown
+	}
+	// A round that had less than limBeta accepted: the capacity fell, and
+	// the new rate is not held. Any other finds the capacity where it was,
+	// and holds twice as long as the last.
+	if l.limited && kept >= limBeta {
 		l.hold = min(2*l.hold+l.plateau, limHold)
 	} else {
 		l.hold = 0
 	}
-	l.top = max(drew, limMinRate)
-	l.low = max(limBeta*l.top, min(l.top, l.accepted.rate(now))*(1-limMargin))
+	l.top, l.low = top, low
 	l.scale = limGrowth * max(l.demand.rate(now), l.low)
 	l.plateau = math.Cbrt((l.top - l.low) / l.scale)
 	l.cutAt, l.limited = now, true
+	l.answers, l.accepts = 0, 0
 	l.next = now.Add(interval(l.low)) // a new schedule: the permits of the last are void
 	l.cuts++
 }
@@ -295,11 +305,14 @@ func (p *permit) answered(pol *Policy, resp *http.Response, err error, class Cla
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if p.cuts == l.cuts && (err == nil || throttled) { // an error may not have reached the server
+		l.answers++
+		if !throttled {
+			l.accepts++
+		}
+	}
 	switch {
 	case !throttled:
-		if err == nil {
-			l.accepted.add(now)
-		}
 		return
 	case !l.limited:
 		l.cut(now, l.sent.rate(now))

@@ -64,8 +64,23 @@ type Workload struct {
 	// rounded up). A client that honours it sends nothing that would be
 	// refused; one that does not keeps sending into a closed window.
 	Quota time.Duration `json:"quota,omitempty"`
+	// Demand, if not empty, scales the clients' rates over time: by
+	// Demand[0].Rate from the start, and by each later Step's Rate from its
+	// At on (a swing of the demand, where Capacity swings the server).
+	Demand []Step `json:"demand,omitempty"`
 	// Duration is how long the clients make requests.
 	Duration time.Duration `json:"duration"`
+}
+
+// scaleAt is the factor of the clients' rates at d since the start.
+func (w Workload) scaleAt(d time.Duration) float64 {
+	f := 1.0
+	for _, s := range w.Demand {
+		if s.At <= d {
+			f = s.Rate
+		}
+	}
+	return f
 }
 
 // BurstSeconds is how much of its current rate the matrix server's token
@@ -107,7 +122,10 @@ func (w Workload) attainable(from, to time.Duration) float64 {
 	for t := from; t < to; {
 		rate, next := w.capacityAt(t)
 		end := min(next, to)
-		sum += min(rate, offered) * (end - t).Seconds()
+		if len(w.Demand) > 0 { // in bins, where the demand may change
+			end = min(end, t+matrixBin)
+		}
+		sum += min(rate, offered*w.scaleAt(t)) * (end - t).Seconds()
 		t = end
 	}
 	return sum
@@ -567,7 +585,7 @@ func measure(log runLog) ThrottleResult {
 		if i+1 < len(w.Capacity) {
 			end = w.Capacity[i+1].At
 		}
-		target := 0.9 * min(w.Offered(), w.Capacity[i].Rate)
+		target := 0.9 * min(w.Offered()*w.scaleAt(rise), w.Capacity[i].Rate)
 		rec := math.Inf(1)
 		for b := int(rise / matrixBin); b < int(end/matrixBin); b++ {
 			sum := 0
@@ -651,7 +669,7 @@ func runMatrixOnce(w Workload, peer ThrottlePeer, seed uint64) runLog {
 			var reqs sync.WaitGroup
 			at := start
 			for {
-				at = at.Add(time.Duration(arrivals.ExpFloat64() / rate * float64(time.Second)))
+				at = at.Add(time.Duration(arrivals.ExpFloat64() / (rate * w.scaleAt(at.Sub(start))) * float64(time.Second)))
 				if at.Sub(start) >= w.Duration {
 					break
 				}

@@ -5,7 +5,6 @@ import (
 	"math"
 	"os"
 	"testing"
-
 )
 
 // TestThrottlingGoals runs docs/throttling.md's comparison in fake time

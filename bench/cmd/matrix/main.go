@@ -8,6 +8,7 @@
 //	cd bench && go run ./cmd/matrix -json > ../docs/throttling-matrix.json
 //	cd bench && go run ./cmd/matrix -in ../docs/throttling-matrix.json
 //	cd bench && go run ./cmd/matrix -smoke           # CI-sized
+//	cd bench && go run ./cmd/matrix -heldout -seeds 3 -json > ../docs/throttling-heldout.json
 //	cd bench && go run ./cmd/matrix -only drop10x -maxwait 250ms
 //	cd bench && go run ./cmd/matrix -workloads heldout.json -seeds 3
 //	cd bench && go run ./cmd/matrix -trace -only 'steady/10c/2x'
@@ -60,6 +61,7 @@ func main() {
 	seeds := flag.Int("seeds", bench.MatrixSeeds, "seeds per workload")
 	only := flag.String("only", "", "run only the workloads whose names match this regexp")
 	smoke := flag.Bool("smoke", false, "run the CI-sized matrix (bench.SmokeMatrix) with one seed")
+	heldout := flag.Bool("heldout", false, "run the held-out workloads (bench.HeldOutWorkloads) instead of the matrix")
 	maxWait := flag.Duration("maxwait", 0, "add retryhttp-variant: a RateLimiter with this MaxWait")
 	peerRE := flag.String("peers", "", "run only the peers whose names match this regexp")
 	against := flag.String("against", "", "take the runs of the peers not run from this saved report (same workloads and seeds)")
@@ -73,7 +75,16 @@ func main() {
 	flag.Parse()
 
 	if *in != "" {
-		read(*in).Print(os.Stdout)
+		// The goals checked again: a report saved under other goals reads
+		// against the current ones.
+		r := read(*in)
+		checked := r.Checked
+		if len(checked) == 0 {
+			checked = []string{bench.PeerRetryHTTP}
+		}
+		again := bench.NewMatrixReport(r.Results, r.Seeds, checked, bench.IssueThrottleGoals())
+		again.Date, again.Go, again.Modules, again.Variant = r.Date, r.Go, r.Modules, r.Variant
+		again.Print(os.Stdout)
 		return
 	}
 
@@ -83,6 +94,9 @@ func main() {
 		for _, r := range read(*from).Results {
 			workloads = append(workloads, r.Workload)
 		}
+	}
+	if *heldout {
+		workloads = bench.HeldOutWorkloads()
 	}
 	if *smoke {
 		workloads = bench.SmokeMatrix()
