@@ -10,9 +10,7 @@ import (
 )
 
 // ErrRateLimited is the error of a request whose next attempt got no send
-// permit: the permit would come after the attempt's share of the time left
-// before its deadline, or beyond RateLimiter.MaxWait. Nothing was sent for
-// that attempt.
+// permit in time (see RateLimiter). Nothing was sent for that attempt.
 var ErrRateLimited = errors.New("retryhttp: no send permit before the deadline")
 
 // The limiter's tuned numbers, each earned by an ablation on the matrix
@@ -21,7 +19,7 @@ var ErrRateLimited = errors.New("retryhttp: no send permit before the deadline")
 var (
 	limBeta    = 0.5  // the least of a rate one cut keeps
 	limMargin  = 0.1  // how far below the accepted rate a cut sets the rate
-	limTau     = 1.0  // seconds: the time constant of the demand and accepted meters
+	limTau     = 1.0  // seconds: the time constant of the meters
 	limGrowth  = 0.05 // the cubic's scale per second cubed, as a share of the demand
 	limWait    = 0.1  // the share of the time left that an attempt may wait
 	limCap     = 2.0  // the rate is at most this many times the demand
@@ -197,31 +195,28 @@ func (l *RateLimiter) acquire(ctx context.Context, into *permit) error {
 	}
 }
 
-// tryAcquire gives a permit for an attempt to be sent at once, if one is due:
-// a hedge does not wait.
+// tryAcquire gives a permit due now, if any: a hedge does not wait.
 func (l *RateLimiter) tryAcquire(now time.Time) (permit, bool) {
 	return l.reserve(now, now, 0, false)
 }
 
-// admits reports whether a retry sent after delay would get a permit in time.
-// It takes nothing: the retry asks for its permit when it is due.
+// admits reports whether a retry sent after delay would get a permit in
+// time. It takes nothing: the retry asks when it is due.
 func (l *RateLimiter) admits(ctx context.Context, delay time.Duration) bool {
 	now := time.Now()
 	due := now.Add(delay)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.limited || !l.due(due).After(due.Add(l.longest(ctx, due))) {
-		return true
+	ok := !l.limited || !l.due(due).After(due.Add(l.longest(ctx, due)))
+	if !ok {
+		l.refused++
 	}
-	l.refused++
-	return false
+	return ok
 }
 
-// longest is the longest wait for an attempt due at due: its share of the
-// time left, and MaxWait.
-func (l *RateLimiter) longest(ctx context.Context, due time.Time) time.Duration {
-	w := time.Duration(math.MaxInt64)
-	if l.MaxWait > 0 {
+// longest is the longest wait for an attempt due at due.
+func (l *RateLimiter) longest(ctx context.Context, due time.Time) (w time.Duration) {
+	if w = time.Duration(math.MaxInt64); l.MaxWait > 0 {
 		w = l.MaxWait
 	}
 	if dl, ok := ctx.Deadline(); ok {
@@ -231,9 +226,7 @@ func (l *RateLimiter) longest(ctx context.Context, due time.Time) time.Duration 
 }
 
 // due is when a permit asked for at now can come. Must hold mu.
-func (l *RateLimiter) due(now time.Time) time.Time {
-	return later(later(l.next, now), l.pause)
-}
+func (l *RateLimiter) due(now time.Time) time.Time { return later(later(l.next, now), l.pause) }
 
 // reserve takes a slot for an attempt due at due, asked for at now (counted
 // in the demand when ask), if it comes within longest of due.
@@ -258,20 +251,16 @@ func (l *RateLimiter) reserve(now, due time.Time, longest time.Duration, ask boo
 	return permit{l: l, cuts: l.cuts, slot: iv, at: at}, true
 }
 
-// void reports whether p, waited for, is void: a cut since it was given
-// made a new schedule, or it falls within a pause (then its slot is given
-// back). A void permit is emptied.
+// void reports whether p, waited for, is void, and then cancels it: a cut
+// since it was given made a new schedule, or it falls within a pause.
 func (l *RateLimiter) void(p *permit) bool {
 	l.mu.Lock()
-	cut, paused := p.cuts != l.cuts, p.at.Before(l.pause)
+	v := p.cuts != l.cuts || p.at.Before(l.pause)
 	l.mu.Unlock()
-	if paused && !cut {
+	if v {
 		p.cancel()
 	}
-	if cut || paused {
-		*p = permit{}
-	}
-	return cut || paused
+	return v
 }
 
 // cancel gives back the slot of a permit whose attempt will not be sent: the
@@ -293,12 +282,10 @@ func (p *permit) cancel() {
 // delay a Retry-After asks for, within the Policy's MaxServerDelay; any
 // other answer is accepted.
 func (p *permit) answered(pol *Policy, resp *http.Response, err error, class Class) {
-	l := p.l
+	l, now, throttled := p.l, time.Now(), class == Throttling
 	if l == nil {
 		return
 	}
-	now := time.Now()
-	throttled := class == Throttling
 	var pause time.Duration
 	if d, ok := serverDelay(pol, resp, now); ok && throttled {
 		pause = serverPause(pol, d)
@@ -324,21 +311,16 @@ func (p *permit) answered(pol *Policy, resp *http.Response, err error, class Cla
 	}
 }
 
-// rate is the limiter's rate for metrics: 0 for none, or while free.
-func (l *RateLimiter) rate() float64 {
-	if l == nil {
-		return 0
+// rate is Stats().Rate for a limiter that may be nil.
+func (l *RateLimiter) rate() (r float64) {
+	if l != nil {
+		r = l.Stats().Rate
 	}
-	return l.Stats().Rate
+	return r
 }
 
-// interval is the gap between permits at r per second, at most 1<<62 ns.
-func interval(r float64) time.Duration {
-	if d := float64(time.Second) / r; d < 1<<62 {
-		return time.Duration(d)
-	}
-	return 1 << 62
-}
+// interval is the gap between permits at r per second.
+func interval(r float64) time.Duration { return time.Duration(min(float64(time.Second)/r, 1<<62)) }
 
 func later(a, b time.Time) time.Time {
 	if a.After(b) {
@@ -357,10 +339,9 @@ type meter struct {
 
 func (m *meter) add(now time.Time) {
 	if m.since.IsZero() {
-		m.since, m.at = now, now
+		m.since = now
 	}
-	m.w = m.weight(now) + 1
-	m.at = now
+	m.w, m.at = m.weight(now)+1, now
 }
 
 func (m *meter) weight(now time.Time) float64 {
@@ -368,9 +349,6 @@ func (m *meter) weight(now time.Time) float64 {
 }
 
 func (m *meter) rate(now time.Time) float64 {
-	if m.since.IsZero() {
-		return 0
-	}
-	age := max(now.Sub(m.since).Seconds(), 0)
-	return m.weight(now) / max(limTau*-math.Expm1(-age/limTau), limTau/10)
+	age := now.Sub(m.since).Seconds()
+	return m.weight(now) / max(-limTau*math.Expm1(-age/limTau), limTau/10)
 }

@@ -70,6 +70,7 @@ func main() {
 	trace := flag.Bool("trace", false, "print each client's RateLimiter rate, second by second, in retryhttp's run (seed 1, or -seed) of each workload")
 	traceSeed := flag.Int("seed", 1, "with -trace: the seed to run")
 	summaries := flag.Bool("summaries", false, "with -json: print only the goals summed up per checked peer, not every run")
+	label := flag.String("label", "", "describe the run in the report's variant field (an ablation's setting)")
 	shard := flag.String("shard", "", "internal: run shard i/n of the matrix and print its results as JSON")
 	testing.Init()
 	flag.Parse()
@@ -150,6 +151,9 @@ func main() {
 		}
 		report := bench.NewMatrixReport(results, *seeds, checked, bench.IssueThrottleGoals())
 		report.Variant = variant
+		if *label != "" {
+			report.Variant = *label
+		}
 		if *summaries {
 			report.Results, report.Checks = nil, nil
 		}
