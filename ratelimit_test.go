@@ -564,3 +564,76 @@ func TestRetryAfterPauses(t *testing.T) {
 		})
 	}
 }
+
+// Kept from the limiter before, through the exported API.
+
+// A retry whose permit would come too late is not made: the 429 is returned
+// as it is, and the retry's tokens go back.
+func TestRetryWithoutPermitReturnsTheResponse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &server{answer: func(int, time.Time) (int, http.Header) { return http.StatusTooManyRequests, nil }}
+		budget := retryhttp.NewBudget(500)
+		tr := &retryhttp.Transport{Base: srv, Limiter: &retryhttp.RateLimiter{}, Budget: budget,
+			Policy: retryhttp.Policy{Timeout: 100 * time.Millisecond}}
+		if code, err := get(tr, context.Background()); code != http.StatusTooManyRequests || err != nil {
+			t.Fatalf("got (%d, %v); want the 429", code, err)
+		}
+		if got := budget.Available(); got != 500 {
+			t.Errorf("got %d tokens; want 500 (nothing spent)", got)
+		}
+		if n := len(srv.times()); n != 1 {
+			t.Errorf("got %d attempts; want 1", n)
+		}
+	})
+}
+
+// Two Transports share a limiter: a throttle seen by one slows the other,
+// whose first request goes one interval (400 ms at 2.5/s) after the cut.
+func TestSharedLimiter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, lim := limited(t, throttleFirst())
+		other := &server{}
+		two := &retryhttp.Transport{Base: other, Limiter: lim}
+		start := time.Now()
+		get(two, context.Background())
+		if got := other.times()[0].Sub(start); got != 400*time.Millisecond {
+			t.Errorf("the other Transport sent after %v; want 400ms", got)
+		}
+	})
+}
+
+// 100 goroutines at once through a limiting limiter with 1 s deadlines:
+// each request is sent within a tenth of its deadline or fails at once,
+// and every one is one or the other.
+func TestLimiterUnderConcurrency(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := throttleFirst()
+		lim := &retryhttp.RateLimiter{}
+		tr := &retryhttp.Transport{Base: srv, Limiter: lim, Policy: retryhttp.Policy{MaxAttempts: 1}}
+		get(tr, context.Background())
+		time.Sleep(time.Second)
+		start := time.Now()
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		sent, limitedN := 0, 0
+		for range 100 {
+			wg.Go(func() {
+				code, err := getWithin(tr, time.Second)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case code == http.StatusOK && time.Since(start) <= 100*time.Millisecond:
+					sent++
+				case errors.Is(err, retryhttp.ErrRateLimited) && time.Since(start) == 0:
+					limitedN++
+				default:
+					t.Errorf("got (%d, %v) after %v; want 200 within 100ms or ErrRateLimited at once", code, err, time.Since(start))
+				}
+			})
+		}
+		wg.Wait()
+		if sent == 0 || sent+limitedN != 100 || lim.Stats().Refused != int64(limitedN) {
+			t.Errorf("got %d sent, %d limited, %d refused; want some sent, the rest limited and counted", sent, limitedN, lim.Stats().Refused)
+		}
+	})
+}
