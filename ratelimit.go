@@ -185,7 +185,11 @@ func (l *RateLimiter) acquire(ctx context.Context, into *permit) error {
 				p.cancel()
 				return err
 			}
-			if l.void(&p) {
+			l.mu.Lock()
+			void := p.cuts != l.cuts || p.at.Before(l.pause) // a new schedule, or a pause
+			l.mu.Unlock()
+			if void {
+				p.cancel()
 				continue
 			}
 			p.waited = time.Since(due)
@@ -251,18 +255,6 @@ func (l *RateLimiter) reserve(now, due time.Time, longest time.Duration, ask boo
 	return permit{l: l, cuts: l.cuts, slot: iv, at: at}, true
 }
 
-// void reports whether p, waited for, is void, and then cancels it: a cut
-// since it was given made a new schedule, or it falls within a pause.
-func (l *RateLimiter) void(p *permit) bool {
-	l.mu.Lock()
-	v := p.cuts != l.cuts || p.at.Before(l.pause)
-	l.mu.Unlock()
-	if v {
-		p.cancel()
-	}
-	return v
-}
-
 // cancel gives back the slot of a permit whose attempt will not be sent: the
 // schedule moves one slot earlier, as x/time/rate's Reservation.Cancel
 // restores its tokens. It empties p.
@@ -282,10 +274,11 @@ func (p *permit) cancel() {
 // delay a Retry-After asks for, within the Policy's MaxServerDelay; any
 // other answer is accepted.
 func (p *permit) answered(pol *Policy, resp *http.Response, err error, class Class) {
-	l, now, throttled := p.l, time.Now(), class == Throttling
+	l := p.l
 	if l == nil {
-		return
+		return // no limiter: nothing to do, and no clock read
 	}
+	now, throttled := time.Now(), class == Throttling
 	var pause time.Duration
 	if d, ok := serverDelay(pol, resp, now); ok && throttled {
 		pause = serverPause(pol, d)
