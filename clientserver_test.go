@@ -623,7 +623,7 @@ func TestSharedTransportNestedHedging(t *testing.T) {
 			inner := &Transport{Base: base, Policy: Policy{HedgeDelay: 3 * time.Millisecond, HedgeRatio: 1, BaseDelay: time.Millisecond, ThrottleBaseDelay: time.Millisecond}}
 			budget := newLedger(t)
 			var attempts atomic.Int64
-			outer := &Transport{Base: inner, Budget: budget, Limiter: &RateLimiter{MinRate: 1000},
+			outer := &Transport{Base: inner, Budget: budget, Limiter: &RateLimiter{},
 				Policy: Policy{HedgeDelay: 4 * time.Millisecond, HedgeRatio: 1, MaxHedges: 2, MaxAttempts: 4, SendAttemptHeader: true,
 					Timeout: 5 * time.Second, BaseDelay: time.Millisecond, ThrottleBaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond},
 				OnAttempt: func(Attempt) { attempts.Add(1) }}

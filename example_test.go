@@ -261,10 +261,11 @@ func ExampleRateLimiter() {
 	start := time.Now()
 	resp, _ := client.Get(srv.URL + "/busy")
 	resp.Body.Close()
-	fmt.Printf("%d; limiting at %.0f requests/s\n", resp.StatusCode, lim.Rate())
+	fmt.Printf("%d; limiting at %.1f requests/s\n", resp.StatusCode, lim.Stats().Rate)
 
-	// One send so far: measured over at least 100 ms, 10/s, cut to 7/s.
-	// The next permit is 1/7 s after the 429: a 20 ms deadline is too close.
+	// One send so far: metered over at least 100 ms, 10/s; the first cut
+	// keeps a quarter. The next permit is 400 ms after the 429: a 20 ms
+	// deadline is too close.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
@@ -277,9 +278,9 @@ func ExampleRateLimiter() {
 		return
 	}
 	resp.Body.Close()
-	fmt.Println(resp.StatusCode, time.Since(start) >= time.Second/7)
+	fmt.Println(resp.StatusCode, time.Since(start) >= 400*time.Millisecond)
 	// Output:
-	// 429; limiting at 7 requests/s
+	// 429; limiting at 2.5 requests/s
 	// true
 	// 200 true
 }

@@ -347,11 +347,8 @@ func TestHedgeGetBodyPanicLeavesNothingTaken(t *testing.T) {
 			t.Errorf("got %d Tokens paid for a hedge that was never sent and never refunded; want 0", n)
 		}
 		rht.AssertAttempts(t, base, 1) // only the first copy went out
-		lim.mu.Lock()
-		next := lim.next
-		lim.mu.Unlock()
-		if now := time.Now(); next.After(now) {
-			t.Errorf("the limiter's next permit is due in %v; want now (the unsent hedge's slot given back)", next.Sub(now))
+		if _, ok := lim.tryAcquire(time.Now()); !ok {
+			t.Error("the limiter has no permit due now; want one (the unsent hedge's slot given back)")
 		}
 	})
 }
@@ -1119,28 +1116,25 @@ func (c *onceWatchCtx) AfterFunc(func()) func() bool {
 func (c *onceWatchCtx) held() int { return int(c.running.Load()) }
 
 // The limiter sees each copy's answer once: a kept failure, a discarded
-// one, the winner and a late 429 that comes after the race is over.
+// one, the winner and a late 429 that comes after the race is over. Copies
+// sent under permits of one round cut once (holdAt's cut is the first).
 func TestHedgedLimiterSeesEachAnswerOnce(t *testing.T) {
-	type counts struct {
-		epoch              uint64
-		answers, throttles int
-	}
+	type counts struct{ cuts uint64 }
 	tests := []struct {
 		name  string
 		steps []scriptStep
 		want  counts
 	}{
-		// 429 (a cut: epoch 2, counts reset), then a reset (an error,
-		// not counted), then a 503 (answers 1).
-		{"429, reset, 503", []scriptStep{{delay: 25 * time.Millisecond, code: 429}, {delay: 20 * time.Millisecond, err: errScriptReset}, {delay: 15 * time.Millisecond, code: 503}}, counts{2, 1, 0}},
-		// 429 cuts; the second 429 is of the round before (1 answer, 1
-		// throttle); the 503 another answer.
-		{"429, 429, 503", []scriptStep{{delay: 25 * time.Millisecond, code: 429}, {delay: 20 * time.Millisecond, code: 429}, {delay: 15 * time.Millisecond, code: 503}}, counts{2, 2, 1}},
-		// 503 (answers 1), 429 cuts, 200 wins (answers 1).
-		{"503, 429, 200", []scriptStep{{delay: 25 * time.Millisecond, code: 503}, {delay: 20 * time.Millisecond, code: 429}, {delay: 15 * time.Millisecond, code: 200}}, counts{2, 1, 0}},
+		// 429 (a cut), then a reset (an error), then a 503.
+		{"429, reset, 503", []scriptStep{{delay: 25 * time.Millisecond, code: 429}, {delay: 20 * time.Millisecond, err: errScriptReset}, {delay: 15 * time.Millisecond, code: 503}}, counts{2}},
+		// 429 cuts; the second 429 is of the round before; the 503 an
+		// answer.
+		{"429, 429, 503", []scriptStep{{delay: 25 * time.Millisecond, code: 429}, {delay: 20 * time.Millisecond, code: 429}, {delay: 15 * time.Millisecond, code: 503}}, counts{2}},
+		// 503, 429 cuts, 200 wins.
+		{"503, 429, 200", []scriptStep{{delay: 25 * time.Millisecond, code: 503}, {delay: 20 * time.Millisecond, code: 429}, {delay: 15 * time.Millisecond, code: 200}}, counts{2}},
 		// 200 wins at 25; the deaf copies answer 429 late, at 30 and 35:
-		// the first cuts, the second counts in the new round.
-		{"200, late 429, late 429", []scriptStep{{delay: 25 * time.Millisecond, code: 200}, {delay: 20 * time.Millisecond, code: 429, deaf: true}, {delay: 15 * time.Millisecond, code: 429, deaf: true}}, counts{2, 1, 1}},
+		// the first cuts, the second is of the round before.
+		{"200, late 429, late 429", []scriptStep{{delay: 25 * time.Millisecond, code: 200}, {delay: 20 * time.Millisecond, code: 429, deaf: true}, {delay: 15 * time.Millisecond, code: 429, deaf: true}}, counts{2}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1148,9 +1142,6 @@ func TestHedgedLimiterSeesEachAnswerOnce(t *testing.T) {
 				base := &scriptBase{steps: tc.steps}
 				lim := &RateLimiter{}
 				holdAt(lim, 1000, time.Hour)
-				lim.mu.Lock()
-				lim.answers = 0
-				lim.mu.Unlock()
 				tr := &Transport{Base: base, Limiter: lim, Policy: Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 10, MaxHedges: 2, MaxAttempts: 3}}
 				resp, err := tr.RoundTrip(newReq(t, "GET", ""))
 				if err == nil {
@@ -1162,9 +1153,7 @@ func TestHedgedLimiterSeesEachAnswerOnce(t *testing.T) {
 				if base.n != 3 {
 					t.Fatalf("got %d copies; want 3", base.n)
 				}
-				lim.mu.Lock()
-				got := counts{lim.epoch, lim.answers, lim.throttles}
-				lim.mu.Unlock()
+				got := counts{lim.Stats().Cuts}
 				if got != tc.want {
 					t.Errorf("got limiter %+v; want %+v", got, tc.want)
 				}

@@ -149,8 +149,9 @@ func (r MatrixReport) Print(w io.Writer) {
 				mine = append(mine, c)
 			}
 		}
-		fmt.Fprintf(w, "\nGoals of issue 18 for %s (goodput >= %.0f%% of the best of %s and %s; 429s <= %.0f%% of %s's; back to 90%% within %g s; Jain >= %s's):\n\n",
-			p, 100*r.Goals.GoodputShare, PeerAWS, PeerNone, 100*r.Goals.ThrottleShare, PeerAWS, r.Goals.RecoverWithin, PeerAWS)
+		g := r.Goals
+		fmt.Fprintf(w, "\nGoals of issue 33 for %s against %s (goodput >= its - %g; 429s <= %g of its; back to 90%% within its time + %g s; Jain >= its - %g; wait p50 < %g of the deadline):\n\n",
+			p, PeerAWS, g.GoodputSlack, g.ThrottleShare, g.RecoverySlack, g.JainSlack, g.WaitShare)
 		fmt.Fprint(w, ThrottleGoalsTable(r.Results, mine))
 		for _, s := range r.Summaries {
 			if s.Peer == p {

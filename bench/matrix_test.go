@@ -324,10 +324,10 @@ func TestThrottleGoalsCheck(t *testing.T) {
 	}
 	nan := math.NaN()
 	results := []WorkloadResult{
-		{Workload: Workload{Name: "two-rising", Capacity: drop10x(100, 40*time.Second), Rates: []float64{1, 2}},
+		{Workload: Workload{Name: "two-rising", Capacity: drop10x(100, 40*time.Second), Rates: []float64{1, 2}, Deadline: time.Second},
 			Peers: []PeerSummary{sum(PeerNone, 1, 900, 0.9, 0.99), sum(PeerAWS, 0.95, 100, 3.5, 0.95), sum("mine", 0.981, 50, 3, 0.9)}},
-		{Workload: Workload{Name: "one-steady", Capacity: steady(100), Rates: []float64{1}},
-			Peers: []PeerSummary{sum(PeerNone, 0.9, 900, nan, 1), sum(PeerAWS, 0.95, 20, nan, 1), sum("mine", 0.93, 11, nan, 1)}},
+		{Workload: Workload{Name: "one-steady", Capacity: steady(100), Rates: []float64{1}, Deadline: 2 * time.Second},
+			Peers: []PeerSummary{sum(PeerNone, 0.9, 900, nan, 1), sum(PeerAWS, 0.95, 20, nan, 1), sum("mine", 0.93, 17, nan, 1)}},
 		{Workload: Workload{Name: "not-mine", Capacity: steady(100), Rates: []float64{1}},
 			Peers: []PeerSummary{sum(PeerAWS, 1, 1, nan, 1)}},
 	}
@@ -336,20 +336,22 @@ func TestThrottleGoalsCheck(t *testing.T) {
 		got = append(got, c.String())
 	}
 	want := []string{
-		"mine on two-rising: goodput met (goodput 0.981; want >= 0.980 (98% of none's 1.000))",
-		"mine on two-rising: 429s met (50 429s; want <= 50.0 (50% of aws-adaptive's 100))",
-		"mine on two-rising: recovery met (back to 90%: 3.0 s; want <= 3 s)",
-		"mine on two-rising: fairness NOT met (Jain 0.900; want >= 0.950 (aws-adaptive's))",
-		"mine on one-steady: goodput NOT met (goodput 0.930; want >= 0.931 (98% of aws-adaptive's 0.950))",
-		"mine on one-steady: 429s NOT met (11 429s; want <= 10.0 (50% of aws-adaptive's 20))",
+		"mine on two-rising: goodput met (goodput 0.981; want >= 0.940 (aws-adaptive's 0.950 - 0.01))",
+		"mine on two-rising: 429s met (50 429s; want <= 80.0 (0.8 of aws-adaptive's 100))",
+		"mine on two-rising: recovery met (back to 90%: 3.0 s; want <= 4.0 s (aws-adaptive's 3.5 s + 0.5 s))",
+		"mine on two-rising: fairness NOT met (Jain 0.900; want >= 0.940 (aws-adaptive's 0.950 - 0.01))",
+		"mine on two-rising: wait met (wait p50 0 ms; want < 100 ms (0.1 of the deadline))",
+		"mine on one-steady: goodput NOT met (goodput 0.930; want >= 0.940 (aws-adaptive's 0.950 - 0.01))",
+		"mine on one-steady: 429s NOT met (17 429s; want <= 16.0 (0.8 of aws-adaptive's 20))",
+		"mine on one-steady: wait met (wait p50 0 ms; want < 200 ms (0.1 of the deadline))",
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got\n%q\nwant\n%q", got, want)
 	}
 
 	s := SummarizeGoals(results, "mine", CheckThrottleGoals(results, "mine", IssueThrottleGoals()))
-	wantMet := map[string]int{GoalGoodput: 1, Goal429s: 1, GoalRecovery: 1}
-	wantOf := map[string]int{GoalGoodput: 2, Goal429s: 2, GoalRecovery: 1, GoalFairness: 1}
+	wantMet := map[string]int{GoalGoodput: 1, Goal429s: 1, GoalRecovery: 1, GoalWait: 2}
+	wantOf := map[string]int{GoalGoodput: 2, Goal429s: 2, GoalRecovery: 1, GoalFairness: 1, GoalWait: 2}
 	if !reflect.DeepEqual(s.Met, wantMet) || !reflect.DeepEqual(s.Of, wantOf) {
 		t.Errorf("got met %v of %v; want %v of %v", s.Met, s.Of, wantMet, wantOf)
 	}
@@ -358,7 +360,7 @@ func TestThrottleGoalsCheck(t *testing.T) {
 		got, want float64
 	}{
 		{"goodput over the best", float64(s.GoodputOverBest), (0.981/1 + 0.93/0.95) / 2},
-		{"429s over aws-adaptive's", float64(s.ThrottledOverAWS), math.Sqrt(51.0 / 101 * 12 / 21)},
+		{"429s over aws-adaptive's", float64(s.ThrottledOverAWS), math.Sqrt(51.0 / 101 * 18 / 21)},
 		{"recovery median", float64(s.RecoveryMedian), 3},
 		{"Jain minus aws-adaptive's", float64(s.JainMinusAWS), 0.9 - 0.95},
 	} {
@@ -403,8 +405,8 @@ func TestThrottleMatrixSmoke(t *testing.T) {
 		}
 	}
 	checks := CheckThrottleGoals(results, PeerRetryHTTP, IssueThrottleGoals())
-	if len(checks) != 3+3+1+2 { // goodput, 429s on all; recovery on one; fairness on two
-		t.Errorf("got %d goal checks; want 9", len(checks))
+	if len(checks) != 3+3+1+2+3 { // goodput, 429s on all; recovery on one; fairness on two; wait on all
+		t.Errorf("got %d goal checks; want 12", len(checks))
 	}
 }
 

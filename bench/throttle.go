@@ -35,9 +35,6 @@ type ThrottleConfig struct {
 	Timeout   time.Duration
 	// Seed seeds the clients' request times (Poisson arrivals).
 	Seed uint64
-	// Recovery is the retryhttp limiter's RateLimiter.Recovery; zero
-	// means its default.
-	Recovery time.Duration
 }
 
 // DefaultThrottleConfig is the workload of docs/throttling.md: 20 clients
@@ -89,12 +86,10 @@ func throttleImpls(cfg ThrottleConfig) []ThrottlePeer {
 	}
 }
 
-// retryHTTPLimited is this library's Transport with a RateLimiter (its
-// Recovery from cfg), the rest at its defaults.
-func retryHTTPLimited(cfg ThrottleConfig) ThrottlePeer {
-	return RetryHTTPPeer(PeerRetryHTTP, func() *retryhttp.RateLimiter {
-		return &retryhttp.RateLimiter{Recovery: cfg.Recovery}
-	})
+// retryHTTPLimited is this library's Transport with the zero RateLimiter,
+// the rest at its defaults.
+func retryHTTPLimited(ThrottleConfig) ThrottlePeer {
+	return RetryHTTPPeer(PeerRetryHTTP, func() *retryhttp.RateLimiter { return &retryhttp.RateLimiter{} })
 }
 
 // binWidth is the resolution of the server's counts.
@@ -167,26 +162,6 @@ func (t handlerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	rec := httptest.NewRecorder()
 	t.h.ServeHTTP(rec, req)
 	return rec.Result(), nil
-}
-
-// ThrottleRecoverySweep runs this library's limiter alone, in memory, for
-// each Recovery given, with seeds seeds (1, 2, ...), and returns the mean of
-// each Recovery's runs.
-func ThrottleRecoverySweep(cfg ThrottleConfig, recoveries []time.Duration, seeds int) []ThrottleRun {
-	var means []ThrottleRun
-	for _, r := range recoveries {
-		cfg.Recovery = r
-		var runs []ThrottleRun
-		for seed := range seeds {
-			cfg.Seed = uint64(seed + 1)
-			srv := newCapacityServer(cfg, time.Now())
-			runs = append(runs, runThrottle(cfg, retryHTTPLimited(cfg), srv, handlerTransport{srv}, "http://capacity.test/"))
-		}
-		m := meanRun(runs)
-		m.Name = fmt.Sprintf("retryhttp, Recovery %v (mean of %d)", r, seeds)
-		means = append(means, m)
-	}
-	return means
 }
 
 // meanRun averages runs: counts, ratios and times (a time is nil if any

@@ -5,10 +5,6 @@ import (
 	"math"
 	"os"
 	"testing"
-	"testing/synctest"
-	"time"
-
-	"github.com/herdproof/retryhttp"
 )
 
 // TestThrottlingGoals runs docs/throttling.md's comparison in fake time
@@ -69,27 +65,6 @@ func slower(a, b *float64) bool {
 		return false
 	}
 	return *a > *b
-}
-
-// TestThrottleRecovery measures the limiter's trade-off knob in fake time,
-// for one seed: a longer Recovery (the longest wait between probes)
-// probes past the capacity less often, so fewer 429s, at the same goodput.
-func TestThrottleRecovery(t *testing.T) {
-	recoveries := []time.Duration{4 * time.Second, retryhttp.DefaultLimiterRecovery, 60 * time.Second}
-	var runs []ThrottleRun
-	synctest.Test(t, func(t *testing.T) {
-		runs = ThrottleRecoverySweep(DefaultThrottleConfig, recoveries, 1)
-	})
-	t.Logf("\n%s", ThrottleTable(runs))
-	for i := 1; i < len(runs); i++ {
-		if runs[i].Throttled >= runs[i-1].Throttled {
-			t.Errorf("Recovery %v: got %d 429s; %v: %d: want fewer with a longer Recovery",
-				recoveries[i], runs[i].Throttled, recoveries[i-1], runs[i-1].Throttled)
-		}
-		if runs[i].GoodputRatio < 0.95 {
-			t.Errorf("Recovery %v: got goodput %.3f; want at least 0.95", recoveries[i], runs[i].GoodputRatio)
-		}
-	}
 }
 
 func TestConverge(t *testing.T) {

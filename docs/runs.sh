@@ -51,10 +51,9 @@ run hedging.json sh -c 'cd bench && go run ./cmd/hedge -json'
 # about eight minutes).
 run hedging-heldout.json sh -c 'cd bench && go run ./cmd/hedgecheck -workload all -seeds 3 -json'
 
-# Throttling (docs/throttling.md): the Recovery trade-off, over loopback
-# (the default, 12 s, is docs/throttling.json).
-run throttling-recovery-4s.json sh -c 'cd bench && go run ./cmd/throttle -json -recovery 4s'
-run throttling-recovery-24s.json sh -c 'cd bench && go run ./cmd/throttle -json -recovery 24s'
+# Throttling (docs/throttling.md): the held-out workloads, every peer, 3
+# seeds (the matrix is bench/matrix.sh, the ablation bench/ablate.sh).
+run throttling-heldout.json sh -c 'cd bench && go run ./cmd/matrix -heldout -seeds 3 -json'
 
 # A fleet sharing one budget (docs/fleet.md), with a redis-server of its
 # own, and with Redis unreachable.

@@ -140,10 +140,10 @@ func TestMetrics(t *testing.T) {
 func TestRateLimitMetrics(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m, reader := newMetrics(t)
-		// A 429 starts the limiter at 7/s; the next request waits 1/7 s for
-		// its permit; the one after it, with a 50 ms deadline, gets none
-		// (its permit is one interval of 0.7 of the demand, about 70 ms,
-		// away).
+		// A 429 cuts the limiter to 2.5/s (a quarter of one send in the
+		// meters' shortest span, 10/s); the next request waits 400 ms for
+		// its permit; the one after it, with a 50 ms deadline, may wait a
+		// tenth of it and gets none.
 		lim := &retryhttp.RateLimiter{}
 		tr := &retryhttp.Transport{Base: rht.NewTransport(rht.Status(429), rht.Status(200).Times(2)), Limiter: lim,
 			Policy: retryhttp.Policy{MaxAttempts: 1}}
@@ -167,8 +167,8 @@ func TestRateLimitMetrics(t *testing.T) {
 		got := collect(t, reader)
 		rate := got["retryhttp.ratelimit.rate"].Data.(metricdata.Gauge[float64]).DataPoints
 		want := lim.Stats().Rate
-		if len(rate) != 1 || rate[0].Value != want || want < 7 || want > 10 {
-			t.Errorf("ratelimit.rate: got %+v; want one point of %v (0.7 of a demand the requests raised from 10/s)", rate, want)
+		if len(rate) != 1 || rate[0].Value != want || want < 2.5 || want > 10 {
+			t.Errorf("ratelimit.rate: got %+v; want one point of %v (grown from 2.5/s, within twice the demand)", rate, want)
 		}
 		for name, want := range map[string]int64{"retryhttp.ratelimit.cuts": 1, "retryhttp.ratelimit.refused": 1} {
 			if v := sum(t, got[name]); v != want {
@@ -176,8 +176,8 @@ func TestRateLimitMetrics(t *testing.T) {
 			}
 		}
 		hist := got["retryhttp.ratelimit.wait"].Data.(metricdata.Histogram[float64]).DataPoints
-		if len(hist) != 1 || hist[0].Count != 1 || hist[0].Sum != (time.Second/7).Seconds() {
-			t.Errorf("ratelimit.wait: got %+v; want one wait of 1/7 s", hist)
+		if len(hist) != 1 || hist[0].Count != 1 || hist[0].Sum != 0.4 {
+			t.Errorf("ratelimit.wait: got %+v; want one wait of 400 ms", hist)
 		}
 	})
 }

@@ -258,11 +258,12 @@ func TestNoLeakWithLimiter(t *testing.T) {
 		mu                      sync.Mutex
 		sent, limited, canceled int
 	)
-	// The first three take the first permits (1/7 s apart) and are
-	// canceled at 50 ms while they wait; of the others, those whose permit
-	// comes within their 1 s deadline are sent, the rest fail at once.
+	// The first three take the first permits (400 ms apart at the first
+	// cut's 2.5/s) and are canceled at 50 ms while they wait, giving their
+	// slots back; of the others, those whose permit comes within a tenth
+	// of their 20 s deadline are sent, the rest fail at once.
 	for i := range 30 {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		if i < 3 {
 			time.AfterFunc(50*time.Millisecond, cancel)
 		}

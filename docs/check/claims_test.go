@@ -277,6 +277,11 @@ func TestLogFields(t *testing.T) {
 		// none.
 		lim := &retryhttp.RateLimiter{}
 		limited := &retryhttp.Transport{Logger: logger, Limiter: lim, Base: rht.NewTransport(rht.Status(429), rht.Status(503), rht.Status(200))}
+		// A request right after a 429 waits for its permit, and its 503 is
+		// logged with the wait (a retry's backoff may outlast the wait).
+		waiting := &retryhttp.RateLimiter{}
+		send(&retryhttp.Transport{Logger: logger, Limiter: waiting, Policy: retryhttp.Policy{MaxAttempts: 1}, Base: rht.NewTransport(rht.Status(429))})
+		send(&retryhttp.Transport{Logger: logger, Limiter: waiting, Base: rht.NewTransport(rht.Status(503), rht.Status(200))})
 		send(limited)
 		send(limited)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)

@@ -8,12 +8,15 @@
 //	cd bench && go run ./cmd/matrix -json > ../docs/throttling-matrix.json
 //	cd bench && go run ./cmd/matrix -in ../docs/throttling-matrix.json
 //	cd bench && go run ./cmd/matrix -smoke           # CI-sized
+//	cd bench && go run ./cmd/matrix -heldout -seeds 3 -json > ../docs/throttling-heldout.json
 //	cd bench && go run ./cmd/matrix -only drop10x -maxwait 250ms
 //	cd bench && go run ./cmd/matrix -workloads heldout.json -seeds 3
 //	cd bench && go run ./cmd/matrix -trace -only 'steady/10c/2x'
 //
-// -maxwait, -recovery and -beta add a peer "retryhttp-variant": retryhttp
-// with a RateLimiter so configured, whose goals are checked too. To measure
+// -maxwait adds a peer "retryhttp-variant": retryhttp with a RateLimiter
+// so configured, whose goals are checked too. Built with the tag
+// retryhttp_ablate, the RateLimiter reads RETRYHTTP_ABLATE (see
+// ../ablate.go in the root, and ablate.sh) to switch a tuned number off. To measure
 // a change to retryhttp quickly, run only its peers against a saved run of
 // the others (the AWS SDK's runs take most of the time):
 //
@@ -58,9 +61,8 @@ func main() {
 	seeds := flag.Int("seeds", bench.MatrixSeeds, "seeds per workload")
 	only := flag.String("only", "", "run only the workloads whose names match this regexp")
 	smoke := flag.Bool("smoke", false, "run the CI-sized matrix (bench.SmokeMatrix) with one seed")
+	heldout := flag.Bool("heldout", false, "run the held-out workloads (bench.HeldOutWorkloads) instead of the matrix")
 	maxWait := flag.Duration("maxwait", 0, "add retryhttp-variant: a RateLimiter with this MaxWait")
-	recovery := flag.Duration("recovery", 0, "add retryhttp-variant: a RateLimiter with this Recovery")
-	beta := flag.Float64("beta", 0, "add retryhttp-variant: a RateLimiter with this Beta")
 	peerRE := flag.String("peers", "", "run only the peers whose names match this regexp")
 	against := flag.String("against", "", "take the runs of the peers not run from this saved report (same workloads and seeds)")
 	procs := flag.Int("procs", runtime.NumCPU(), "processes to run the matrix in")
@@ -68,12 +70,22 @@ func main() {
 	trace := flag.Bool("trace", false, "print each client's RateLimiter rate, second by second, in retryhttp's run (seed 1, or -seed) of each workload")
 	traceSeed := flag.Int("seed", 1, "with -trace: the seed to run")
 	summaries := flag.Bool("summaries", false, "with -json: print only the goals summed up per checked peer, not every run")
+	label := flag.String("label", "", "describe the run in the report's variant field (an ablation's setting)")
 	shard := flag.String("shard", "", "internal: run shard i/n of the matrix and print its results as JSON")
 	testing.Init()
 	flag.Parse()
 
 	if *in != "" {
-		read(*in).Print(os.Stdout)
+		// The goals checked again: a report saved under other goals reads
+		// against the current ones.
+		r := read(*in)
+		checked := r.Checked
+		if len(checked) == 0 {
+			checked = []string{bench.PeerRetryHTTP}
+		}
+		again := bench.NewMatrixReport(r.Results, r.Seeds, checked, bench.IssueThrottleGoals())
+		again.Date, again.Go, again.Modules, again.Variant = r.Date, r.Go, r.Modules, r.Variant
+		again.Print(os.Stdout)
 		return
 	}
 
@@ -83,6 +95,9 @@ func main() {
 		for _, r := range read(*from).Results {
 			workloads = append(workloads, r.Workload)
 		}
+	}
+	if *heldout {
+		workloads = bench.HeldOutWorkloads()
 	}
 	if *smoke {
 		workloads = bench.SmokeMatrix()
@@ -112,20 +127,10 @@ func main() {
 	peers := bench.DefaultThrottlePeers()
 	checked := []string{bench.PeerRetryHTTP}
 	var variant string
-	if *maxWait > 0 || *recovery > 0 || *beta > 0 {
-		var set []string
-		if *maxWait > 0 {
-			set = append(set, "MaxWait: "+maxWait.String())
-		}
-		if *recovery > 0 {
-			set = append(set, "Recovery: "+recovery.String())
-		}
-		if *beta > 0 {
-			set = append(set, fmt.Sprintf("Beta: %g", *beta))
-		}
-		variant = "RateLimiter{" + strings.Join(set, ", ") + "}"
+	if *maxWait > 0 {
+		variant = "RateLimiter{MaxWait: " + maxWait.String() + "}"
 		peers = append(peers, bench.RetryHTTPPeer("retryhttp-variant", func() *retryhttp.RateLimiter {
-			return &retryhttp.RateLimiter{MaxWait: *maxWait, Recovery: *recovery, Beta: *beta}
+			return &retryhttp.RateLimiter{MaxWait: *maxWait}
 		}))
 		checked = append(checked, "retryhttp-variant")
 	}
@@ -146,6 +151,9 @@ func main() {
 		}
 		report := bench.NewMatrixReport(results, *seeds, checked, bench.IssueThrottleGoals())
 		report.Variant = variant
+		if *label != "" {
+			report.Variant = *label
+		}
 		if *summaries {
 			report.Results, report.Checks = nil, nil
 		}
@@ -231,7 +239,7 @@ func traceRates(t *testing.T, w bench.Workload, seed int) string {
 		fmt.Fprintf(&b, "%4ds", len(rows)+1)
 		mu.Lock()
 		for _, l := range lims {
-			fmt.Fprintf(&b, " %6.1f", l.Rate())
+			fmt.Fprintf(&b, " %6.1f", l.Stats().Rate)
 		}
 		mu.Unlock()
 		rows = append(rows, b.String())

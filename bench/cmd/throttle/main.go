@@ -35,7 +35,6 @@ func main() {
 	flag.Float64Var(&cfg.PerClient, "per-client", cfg.PerClient, "requests per second each client wants")
 	flag.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of the run")
 	flag.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the clients' request times")
-	flag.DurationVar(&cfg.Recovery, "recovery", 0, "the retryhttp limiter's Recovery (0: its default)")
 	in := flag.String("in", "", "print the table of a JSON result saved earlier instead of running")
 	testing.Init()
 	flag.Parse()
