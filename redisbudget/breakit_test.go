@@ -70,4 +70,3 @@ func TestSweptLeaseIsNotSpentTwice(t *testing.T) {
 	}
 	t.Logf("bucket %d + leases %d; %d retries in the outage", bucket, held, retries)
 }
-
