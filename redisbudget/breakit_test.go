@@ -1,6 +1,7 @@
 package redisbudget
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -69,4 +70,64 @@ func TestSweptLeaseIsNotSpentTwice(t *testing.T) {
 		t.Errorf("got %d retries in the outage; want at most %d, one bucket's", retries, want)
 	}
 	t.Logf("bucket %d + leases %d; %d retries in the outage", bucket, held, retries)
+}
+
+// Durations far past any real need (math.MaxInt64, "never") must not wrap:
+// a Timeout of forever still asks Redis, a Recheck of forever still
+// refuses locally after the bucket ran dry, a RetryAfter of forever keeps
+// the fallback, and a TTL of forever keeps the bucket.
+func TestHugeDurations(t *testing.T) {
+	const forever = time.Duration(math.MaxInt64)
+	s := startRedis(t)
+	t.Run("Timeout", func(t *testing.T) {
+		b := newBudget(t, s.client(), "timeout", func(o *Options) { o.Timeout = forever })
+		if _, ok := b.Withdraw(retryhttp.Transient); !ok {
+			t.Fatal("refused")
+		}
+		if st := b.Stats(); st.Taken == 0 || st.FallbackPayments != 0 {
+			t.Errorf("got %d tokens taken from Redis, %d fallback payments; want a lease from Redis, no fallback", st.Taken, st.FallbackPayments)
+		}
+	})
+	t.Run("Recheck", func(t *testing.T) {
+		b := newBudget(t, s.client(), "recheck", func(o *Options) {
+			o.Recheck, o.Capacity, o.Timeout = forever, retryhttp.RetryCost, time.Second
+		})
+		b.Withdraw(retryhttp.Transient) // the whole bucket
+		b.Withdraw(retryhttp.Transient) // a call: the bucket is empty
+		calls := b.Stats().Calls
+		for range 10 {
+			if _, ok := b.Withdraw(retryhttp.Transient); ok {
+				t.Fatal("a retry was paid from an empty bucket")
+			}
+		}
+		if got := b.Stats().Calls - calls; got != 0 {
+			t.Errorf("got %d calls to Redis for 10 retries after the bucket ran dry; want 0 (refused locally for Recheck)", got)
+		}
+	})
+	t.Run("RetryAfter", func(t *testing.T) {
+		dead := startRedis(t)
+		rdb := dead.client()
+		b := newBudget(t, rdb, "retryafter", func(o *Options) { o.RetryAfter = forever; o.Timeout = time.Second })
+		dead.stop()
+		b.Withdraw(retryhttp.Transient) // fails: falls back
+		calls := b.Stats().Calls
+		for range 10 {
+			b.Withdraw(retryhttp.Transient)
+		}
+		if got := b.Stats().Calls - calls; got != 0 {
+			t.Errorf("got %d calls to an unreachable Redis within RetryAfter; want 0", got)
+		}
+	})
+	t.Run("TTL", func(t *testing.T) {
+		b := newBudget(t, s.client(), "ttl", func(o *Options) { o.TTL = forever; o.Timeout = time.Second })
+		if _, ok := b.Withdraw(retryhttp.Transient); !ok {
+			t.Fatal("refused")
+		}
+		if st := b.Stats(); st.Taken == 0 || st.Failures != 0 {
+			t.Errorf("got %d tokens taken, %d failed calls; want a lease from Redis", st.Taken, st.Failures)
+		}
+		if got := s.tokens("ttl"); got != DefaultCapacity-DefaultLease {
+			t.Errorf("got %d tokens in the bucket; want %d", got, DefaultCapacity-DefaultLease)
+		}
+	})
 }
