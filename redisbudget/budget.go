@@ -110,17 +110,19 @@ type Options struct {
 	// pays for costs, nor more than the bucket holds.
 	Lease int64
 	// Timeout bounds each withdrawal that has to ask Redis. Zero means
-	// 250ms (DefaultTimeout).
+	// 250ms (DefaultTimeout). More than 100 years means 100 years.
 	Timeout time.Duration
 	// RetryAfter is how long the budget uses its local fallback after a
 	// failed call to Redis before it tries Redis again, drawn at random
-	// between one and one and a half RetryAfter. Zero means 1s.
+	// between one and one and a half RetryAfter. Zero means 1s. More
+	// than 100 years means 100 years.
 	RetryAfter time.Duration
 	// Recheck is how long a process refuses retries locally after it saw
 	// the bucket hold too little for one, before it asks Redis again; it is
 	// also the least time between two calls that only carry deposits. Each
 	// wait is drawn at random between one and one and a half Recheck, so
-	// that a fleet's processes do not ask together. Zero means 1s.
+	// that a fleet's processes do not ask together. Zero means 1s. More
+	// than 100 years means 100 years.
 	Recheck time.Duration
 	// Shards splits the fleet's bucket into this many buckets of
 	// Capacity/Shards tokens each, under keys in different hash slots
@@ -133,9 +135,10 @@ type Options struct {
 	// TTL is how long the bucket lives in Redis after its last change; an
 	// expired bucket starts full again. Zero means 1h. Less than a
 	// millisecond is an error: Redis counts it in milliseconds, and 0
-	// would delete the bucket as soon as it is written. A process with no
-	// call answered for TTL drops its lease: Redis may have swept its
-	// record, giving the lease back to the bucket.
+	// would delete the bucket as soon as it is written. More than 100
+	// years means 100 years. A process with no call answered for TTL
+	// drops its lease: Redis may have swept its record, giving the lease
+	// back to the bucket.
 	TTL time.Duration
 	// Fallback pays for retries while Redis cannot be reached. Nil means a
 	// private retryhttp.Budget of Capacity tokens.
@@ -250,6 +253,10 @@ func New(opts Options) (*Budget, error) {
 	// The script counts in Lua numbers (doubles): past 2^53 they are not
 	// exact, and the integer reply of a larger one wraps.
 	opts.Capacity = min(opts.Capacity, maxExact)
+	// The budget adds its durations to its clock, Recheck and RetryAfter
+	// times one and a half: "forever" (math.MaxInt64) would wrap negative.
+	opts.Timeout, opts.RetryAfter = min(opts.Timeout, maxDuration), min(opts.RetryAfter, maxDuration)
+	opts.Recheck, opts.TTL = min(opts.Recheck, maxDuration), min(opts.TTL, maxDuration)
 	b := &Budget{opts: opts, key: opts.Key, capacity: opts.Capacity, fallback: opts.Fallback, epoch: time.Now(), warmed: make(chan struct{}),
 		id: strconv.FormatUint(rand.Uint64(), 36)}
 	if opts.Shards > 1 {
@@ -281,6 +288,10 @@ func (b *Budget) warm() {
 
 // maxExact is the largest Capacity the script counts exactly: 2^53.
 const maxExact = 1 << 53
+
+// maxDuration is the longest Timeout, RetryAfter, Recheck or TTL: 100
+// years. The budget's clock, plus one and a half of it, stays in an int64.
+const maxDuration = 100 * 365 * 24 * time.Hour
 
 // isNilPointer reports whether b is a nil pointer in a non-nil interface,
 // such as a *retryhttp.Budget never set.
