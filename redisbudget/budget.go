@@ -110,17 +110,19 @@ type Options struct {
 	// pays for costs, nor more than the bucket holds.
 	Lease int64
 	// Timeout bounds each withdrawal that has to ask Redis. Zero means
-	// 250ms (DefaultTimeout).
+	// 250ms (DefaultTimeout). More than 100 years means 100 years.
 	Timeout time.Duration
 	// RetryAfter is how long the budget uses its local fallback after a
 	// failed call to Redis before it tries Redis again, drawn at random
-	// between one and one and a half RetryAfter. Zero means 1s.
+	// between one and one and a half RetryAfter. Zero means 1s. More
+	// than 100 years means 100 years.
 	RetryAfter time.Duration
 	// Recheck is how long a process refuses retries locally after it saw
 	// the bucket hold too little for one, before it asks Redis again; it is
 	// also the least time between two calls that only carry deposits. Each
 	// wait is drawn at random between one and one and a half Recheck, so
-	// that a fleet's processes do not ask together. Zero means 1s.
+	// that a fleet's processes do not ask together. Zero means 1s. More
+	// than 100 years means 100 years.
 	Recheck time.Duration
 	// Shards splits the fleet's bucket into this many buckets of
 	// Capacity/Shards tokens each, under keys in different hash slots
@@ -133,7 +135,10 @@ type Options struct {
 	// TTL is how long the bucket lives in Redis after its last change; an
 	// expired bucket starts full again. Zero means 1h. Less than a
 	// millisecond is an error: Redis counts it in milliseconds, and 0
-	// would delete the bucket as soon as it is written.
+	// would delete the bucket as soon as it is written. More than 100
+	// years means 100 years. A process with no call answered for TTL
+	// drops its lease: Redis may have swept its record, giving the lease
+	// back to the bucket.
 	TTL time.Duration
 	// Fallback pays for retries while Redis cannot be reached. Nil means a
 	// private retryhttp.Budget of Capacity tokens.
@@ -162,14 +167,15 @@ type Budget struct {
 
 	// The process's record in the bucket's hash (the fleet protocol): its
 	// field's name, and its totals, which every call carries.
-	id       string
-	lease    atomic.Int64 // tokens granted and not yet spent
-	spent    atomic.Int64 // tokens paid from the lease, refunds deducted, in total
-	deposits atomic.Int64 // first-try successes counted for Redis, in total
-	seenDep  atomic.Int64 // of them, those Redis has seen (credited, or no room)
-	seen     atomic.Int64 // the bucket's tokens at this process's last answer
-	room     atomic.Int64 // the room for deposits at its last answer, less the tokens spent its call reported
-	next     atomic.Int64 // before it, a bucket seen too low is not asked again
+	id        string
+	lease     atomic.Int64 // tokens granted and not yet spent
+	spent     atomic.Int64 // tokens gone from the lease, in total: paid (refunds deducted) or expired
+	confirmed atomic.Int64 // when the freshest call that answered was sent: its record is that recent
+	deposits  atomic.Int64 // first-try successes counted for Redis, in total
+	seenDep   atomic.Int64 // of them, those Redis has seen (credited, or no room)
+	seen      atomic.Int64 // the bucket's tokens at this process's last answer
+	room      atomic.Int64 // the room for deposits at its last answer, less the tokens spent its call reported
+	next      atomic.Int64 // before it, a bucket seen too low is not asked again
 
 	mu       sync.Mutex
 	fl       *flight // the call to Redis in progress, if any
@@ -193,6 +199,7 @@ type flight struct {
 	done  chan struct{}
 	end   int64 // on the budget's clock: done is closed by then
 	seq   int64 // the call's sequence number
+	sent  int64 // on the budget's clock: when it was sent
 	spent int64 // the tokens spent it reported
 	over  bool  // done is closed (under Budget.mu)
 }
@@ -246,6 +253,10 @@ func New(opts Options) (*Budget, error) {
 	// The script counts in Lua numbers (doubles): past 2^53 they are not
 	// exact, and the integer reply of a larger one wraps.
 	opts.Capacity = min(opts.Capacity, maxExact)
+	// The budget adds its durations to its clock, Recheck and RetryAfter
+	// times one and a half: "forever" (math.MaxInt64) would wrap negative.
+	opts.Timeout, opts.RetryAfter = min(opts.Timeout, maxDuration), min(opts.RetryAfter, maxDuration)
+	opts.Recheck, opts.TTL = min(opts.Recheck, maxDuration), min(opts.TTL, maxDuration)
 	b := &Budget{opts: opts, key: opts.Key, capacity: opts.Capacity, fallback: opts.Fallback, epoch: time.Now(), warmed: make(chan struct{}),
 		id: strconv.FormatUint(rand.Uint64(), 36)}
 	if opts.Shards > 1 {
@@ -277,6 +288,10 @@ func (b *Budget) warm() {
 
 // maxExact is the largest Capacity the script counts exactly: 2^53.
 const maxExact = 1 << 53
+
+// maxDuration is the longest Timeout, RetryAfter, Recheck or TTL: 100
+// years. The budget's clock, plus one and a half of it, stays in an int64.
+const maxDuration = 100 * 365 * 24 * time.Hour
 
 // isNilPointer reports whether b is a nil pointer in a non-nil interface,
 // such as a *retryhttp.Budget never set.
@@ -534,7 +549,7 @@ func (b *Budget) start(need, want, end int64) *flight {
 		want = max(want, b.opts.Lease, need)
 	}
 	b.seq++
-	f := &flight{done: make(chan struct{}), end: end, seq: b.seq}
+	f := &flight{done: make(chan struct{}), end: end, seq: b.seq, sent: b.now()}
 	b.fl = f
 	prior := 0
 	if b.seq > 1 {
@@ -592,6 +607,7 @@ func (b *Budget) start(need, want, end int64) *flight {
 func (b *Budget) land(f *flight, r []int64, err error) {
 	b.mu.Lock()
 	if err == nil {
+		storeMax(&b.confirmed, f.sent) // before the tokens land: they are that fresh
 		if g := r[0]; g > b.stats.taken.Load() {
 			b.lease.Add(g - b.stats.taken.Load())
 			b.stats.taken.Store(g)
@@ -688,6 +704,7 @@ func (b *Budget) fromFallback(ctx context.Context, c retryhttp.Class) (retryhttp
 
 // takeLease takes cost tokens from the local lease if it holds them.
 func (b *Budget) takeLease(cost int64) bool {
+	b.expireLease()
 	for {
 		cur := b.lease.Load()
 		if cur < cost {
@@ -707,6 +724,30 @@ type lease Budget
 func (l *lease) Refund(t retryhttp.Tokens, sent bool) {
 	l.lease.Add(t.Cost)
 	l.spent.Add(-t.Cost)
+	(*Budget)(l).expireLease()
+}
+
+// expireLease drops the lease once no call of this process has answered
+// for TTL: Redis may have swept its record and given the lease back to
+// the bucket, whose room deposits then refill. Spending it too would let
+// the lease and the bucket add up to more than Capacity. The record's time
+// is at least the send time of the call that answered, so the process
+// drops its lease no later than Redis may sweep it. The dropped tokens
+// count as spent: the next call reports them gone.
+func (b *Budget) expireLease() {
+	if b.now()-b.confirmed.Load() < int64(b.opts.TTL) {
+		return
+	}
+	for {
+		cur := b.lease.Load()
+		if cur <= 0 {
+			return
+		}
+		if b.lease.CompareAndSwap(cur, 0) {
+			b.spent.Add(cur) // after: never more than the tokens granted
+			return
+		}
+	}
 }
 
 // Available reports the tokens this process holds in its lease, or the
@@ -716,6 +757,7 @@ func (b *Budget) Available() int {
 	if b.down.Load() {
 		return b.fallback.Available()
 	}
+	b.expireLease() // a lease past its record's TTL is no longer held
 	return int(b.lease.Load())
 }
 
