@@ -61,7 +61,7 @@ func TestAllocations(t *testing.T) {
 	get, _ := http.NewRequest("GET", "http://example.test/", nil)
 	post, _ := http.NewRequest("POST", "http://example.test/", strings.NewReader("payload"))
 	keyed, _ := http.NewRequest("POST", "http://example.test/", strings.NewReader("payload"))
-	keyed.Header.Set(DefaultIdempotencyHeader, "k1")
+	keyed.Header.Set(defaultIdempotencyHeader, "k1")
 	tests := []struct {
 		name string
 		tr   *Transport
@@ -70,8 +70,8 @@ func TestAllocations(t *testing.T) {
 	}{
 		{"GET", &Transport{Base: ok}, get, 0},
 		{"GET, idle RateLimiter", &Transport{Base: ok, Limiter: &RateLimiter{}}, get, 0},
-		{"GET, RatioBudget", &Transport{Base: ok, Budget: &RatioBudget{}}, get, 0},
-		{"GET, OnEnd", &Transport{Base: ok, OnEnd: func(RequestEnd) {}}, get, 0},
+		{"GET, RatioBudget", &Transport{Base: ok, Budget: &ratioBudget{}}, get, 0},
+		{"GET, OnEnd", &Transport{Base: ok, OnEnd: func(*http.Request, Report) {}}, get, 0},
 		// A copy's context, its cancel with errCopyCanceled as the cause, its
 		// deep copy of the request, its goroutine and the race: hedging
 		// costs allocations when it is on.
@@ -161,7 +161,7 @@ func TestPanickingHooksCleanUp(t *testing.T) {
 			}}
 		}},
 		{"OnEnd", func() *Transport {
-			return &Transport{OnEnd: func(RequestEnd) { panic("hook") }}
+			return &Transport{OnEnd: func(*http.Request, Report) { panic("hook") }}
 		}},
 	}
 	for _, tc := range tests {
@@ -194,7 +194,7 @@ func TestPanickingHooksCleanUp(t *testing.T) {
 				if err := ctxs[0].Err(); err == nil {
 					t.Error("the Timeout's context is still running; want it released")
 				}
-				if got := tr.BudgetInUse().Available(); got != DefaultBudgetTokens {
+				if got := tr.budgetInUse().Available(); got != DefaultBudgetTokens {
 					t.Errorf("got %d tokens; want %d (no retry was made)", got, DefaultBudgetTokens)
 				}
 				if got := replays.Load(); tc.name != "Classify" && got != 1 {
@@ -219,7 +219,7 @@ func TestCanceledWaitReturnsItsTokens(t *testing.T) {
 			}
 			cancel()
 		}
-		if got := tr.BudgetInUse().Available(); got != DefaultBudgetTokens {
+		if got := tr.budgetInUse().Available(); got != DefaultBudgetTokens {
 			t.Errorf("got %d tokens after 10 canceled waits; want %d", got, DefaultBudgetTokens)
 		}
 	})
@@ -243,7 +243,7 @@ func TestRefusedWithdrawPaysNothing(t *testing.T) {
 	})
 }
 
-// Every payment a RetryBudget issues is settled at
+// Every payment a Budget issues is settled at
 // most once, only Tokens it issued are refunded, and each ends as the
 // Tokens doc says: refunded (sent=false) when the retry is never sent,
 // refunded (sent=true) when it succeeded or the hedge won, kept otherwise.
@@ -406,7 +406,7 @@ func checkContract(t *testing.T, steps []rht.Step, p Policy, method string, limi
 	}
 	req.Header.Set("X-Mine", "v")
 	if strings.HasSuffix(method, "+key") {
-		req.Header.Set(DefaultIdempotencyHeader, "caller-key")
+		req.Header.Set(defaultIdempotencyHeader, "caller-key")
 	}
 	hdr := req.Header.Clone()
 	body, u, rctx := req.Body, req.URL.String(), req.Context()

@@ -78,7 +78,7 @@ var ErrAttemptTimeout = errors.New("retryhttp: attempt timed out")
 // reset is Throttling), and timeouts (ErrAttemptTimeout,
 // context.DeadlineExceeded, and any error in the chain whose Timeout method
 // reports true, as os.IsTimeout reads them). A forward proxy's refusal of a
-// CONNECT tunnel (a *ProxyConnectError) is classified by its status as a
+// CONNECT tunnel (a *proxyConnectError) is classified by its status as a
 // response would be. Whatever the class, the Transport never retries once
 // the request's own context has ended: that is the caller's cancellation or
 // deadline, not the attempt's. While the request's context is alive, the
@@ -141,7 +141,7 @@ func classifyError(err error) Class {
 		}
 		return Transient
 	}
-	var proxyErr *ProxyConnectError
+	var proxyErr *proxyConnectError
 	if errors.As(err, &proxyErr) {
 		return statusClass(proxyErr.StatusCode)
 	}
@@ -191,7 +191,7 @@ func statusClass(code int) Class {
 // HTTP proxy's "proxyconnect" error, whose inner error the outermost
 // *net.OpError hides), or a forward proxy refused the tunnel to it.
 func neverSent(err error) bool {
-	var proxyErr *ProxyConnectError
+	var proxyErr *proxyConnectError
 	return opError(err, "dial", "proxyconnect") != nil || errors.As(err, &proxyErr)
 }
 

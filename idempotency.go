@@ -11,9 +11,9 @@ import (
 	"github.com/google/uuid"
 )
 
-// DefaultIdempotencyHeader is the header that carries a write's idempotency
-// key unless Policy.IdempotencyHeader names another.
-const DefaultIdempotencyHeader = "Idempotency-Key"
+// defaultIdempotencyHeader is the header that carries a write's
+// idempotency key unless Policy.IdempotencyHeader names another.
+const defaultIdempotencyHeader = "Idempotency-Key"
 
 // idempotentMethod reports whether RFC 9110 §9.2.2 defines the method as
 // idempotent: repeating it has the same effect on the server as sending it
@@ -29,7 +29,7 @@ func idempotentMethod(method string) bool {
 
 func (p *Policy) idempotencyHeader() string {
 	if p.IdempotencyHeader == "" {
-		return DefaultIdempotencyHeader
+		return defaultIdempotencyHeader
 	}
 	return http.CanonicalHeaderKey(p.IdempotencyHeader)
 }
@@ -48,14 +48,16 @@ type keyedRequest struct {
 // under name, or nil when Policy.NewIdempotencyKey made an empty one (an
 // empty value identifies nothing: the write stays unkeyed).
 func (t *Transport) withNewKey(req, out *http.Request, name string) *http.Request {
-	kr := new(keyedRequest)
-	kr.req = *out
+	p := &t.Policy
 	var key string
-	if t.Policy.NewIdempotencyKey != nil {
-		if key = t.Policy.NewIdempotencyKey(); key == "" {
+	if p.NewIdempotencyKey != nil {
+		if key = p.NewIdempotencyKey(); key == "" {
 			return nil
 		}
-	} else {
+	}
+	kr := new(keyedRequest)
+	kr.req = *out
+	if key == "" {
 		t.keys.newUUID(&kr.key)
 		// The bytes are never written again: the string may share them.
 		key = unsafe.String(&kr.key[0], len(kr.key))

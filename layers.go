@@ -21,7 +21,7 @@ import (
 // service's own outgoing calls had already used up their retries, and the
 // Transport does not retry a response that carries it.
 
-// ExhaustedHeader is the response header that says "retries for this request
+// exhaustedHeader is the response header that says "retries for this request
 // were already made, and used up, further down: do not retry it". Its value
 // names the reason: "attempts", "budget", "server-delay", "downstream" or
 // "rate-limited".
@@ -30,7 +30,7 @@ import (
 // The Transport also honours the signals other systems put on the wire for
 // the same meaning: Finagle's "finagle-http-nonretryable-nack" header, and
 // gRPC's "grpc-retry-pushback-ms" with a negative or malformed value.
-const ExhaustedHeader = "Retries-Exhausted"
+const exhaustedHeader = "Retries-Exhausted"
 
 // Headers of other systems that mean "do not retry this response".
 const (
@@ -43,7 +43,7 @@ const (
 // Finagle's non-retryable nack, a gRPC pushback that refuses retries, or
 // Stripe's "Stripe-Should-Retry: false" (stripe-go stops on it).
 func noRetrySignal(h http.Header) bool {
-	if len(h[ExhaustedHeader]) > 0 || len(h[finagleNonRetryableNack]) > 0 {
+	if len(h[exhaustedHeader]) > 0 || len(h[finagleNonRetryableNack]) > 0 {
 		return true
 	}
 	if vs := h[stripeShouldRetry]; len(vs) > 0 && strings.EqualFold(strings.TrimSpace(vs[0]), "false") {
@@ -62,7 +62,7 @@ func noRetrySignal(h http.Header) bool {
 	return false
 }
 
-// exhaustedReason returns the ExhaustedHeader value for a final decision
+// exhaustedReason returns the exhaustedHeader value for a final decision
 // that ended retrying because retries were used up or refused, and "" for
 // any other: a request that succeeded, failed permanently, was canceled, or
 // made only its one allowed attempt (a layer with MaxAttempts 1 retries
@@ -85,16 +85,16 @@ func exhaustedReason(d Decision, maxAttempts int) string {
 	return ""
 }
 
-// AttemptHeader is the request header that carries the attempt number,
+// attemptHeader is the request header that carries the attempt number,
 // 1 for the first, when Policy.SendAttemptHeader is set.
-const AttemptHeader = "Retry-Attempt"
+const attemptHeader = "Retry-Attempt"
 
-// RequestAttempt reports which attempt of its client the inbound request r
-// is, from AttemptHeader, Envoy's x-envoy-attempt-count or the AWS SDKs'
+// requestAttempt reports which attempt of its client the inbound request r
+// is, from attemptHeader, Envoy's x-envoy-attempt-count or the AWS SDKs'
 // amz-sdk-request (attempt=N): 1 is a first attempt, more is a retry. It
 // returns 0 when the request carries none of them.
-func RequestAttempt(r *http.Request) int {
-	for _, name := range []string{AttemptHeader, "X-Envoy-Attempt-Count"} {
+func requestAttempt(r *http.Request) int {
+	for _, name := range []string{attemptHeader, "X-Envoy-Attempt-Count"} {
 		if v := r.Header.Get(name); v != "" {
 			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n > 0 {
 				return n
@@ -123,7 +123,7 @@ func RequestAttempt(r *http.Request) int {
 // ended with its retries used up or refused (attempts exhausted, the budget
 // empty, a server-requested wait too long, or a downstream response that
 // itself carried the signal), then a response that next writes with a 5xx or
-// 429 status carries ExhaustedHeader. A response written for any other
+// 429 status carries exhaustedHeader. A response written for any other
 // reason carries nothing: if the service sheds load itself, or fails on its
 // own, the layer directly above is the one that should retry. A 2xx, 3xx or
 // 4xx other than 429 never carries it.
@@ -188,7 +188,7 @@ func markLayer(ctx context.Context, d Decision, maxAttempts int) {
 // number n.
 func withAttemptHeader(out *http.Request, n int) *http.Request {
 	r := shallowCopy(out)
-	r.Header = cloneHeaderWith(out.Header, AttemptHeader, itoa(n), nil)
+	r.Header = cloneHeaderWith(out.Header, attemptHeader, itoa(n), nil)
 	return r
 }
 
@@ -207,7 +207,7 @@ func (w *layerWriter) WriteHeader(code int) {
 		w.wroteHeader = true
 		if code >= 500 || code == http.StatusTooManyRequests {
 			if reason := w.ctx.state.exhausted.Load(); reason != nil {
-				w.rw.Header().Set(ExhaustedHeader, *reason)
+				w.rw.Header().Set(exhaustedHeader, *reason)
 			}
 		}
 	}

@@ -1,19 +1,20 @@
 package retryhttp
 
 import (
-	"math"
 	"math/rand/v2"
 	"net/http"
 	"time"
+
+	"github.com/herdproof/retryhttp/internal/backoff"
 )
 
-// Defaults used where a Policy field is zero. The delays are those of the AWS
+// The defaults of a Policy's zero fields. The delays are those of the AWS
 // SDKs' standard retry mode.
 const (
-	DefaultMaxAttempts       = 3
-	DefaultBaseDelay         = 50 * time.Millisecond
-	DefaultThrottleBaseDelay = time.Second
-	DefaultMaxDelay          = 20 * time.Second
+	defaultMaxAttempts       = 3
+	defaultBaseDelay         = 50 * time.Millisecond
+	defaultThrottleBaseDelay = time.Second
+	defaultMaxDelay          = 20 * time.Second
 )
 
 // A Policy says which attempts a Transport makes and how long it waits
@@ -84,11 +85,11 @@ type Policy struct {
 	// a POST or PATCH. Empty means "Idempotency-Key".
 	IdempotencyHeader string
 
-	// NewIdempotencyKey makes the key of a POST or PATCH that does not carry
-	// one; it is called once per RoundTrip, and every attempt sends the
-	// same key. Nil means a random (version 4) UUID in its 36-character
-	// form, e.g. "3f1c56a4-8c2e-4c4b-9a57-2b1e7b0d2f61". An empty key is no
-	// key: the write is sent once, unkeyed, neither retried nor hedged.
+	// NewIdempotencyKey makes the key of a POST or PATCH that carries none.
+	// It is called once per RoundTrip, and every attempt sends the same
+	// key. Nil means a random (version 4) UUID. An empty key is no key: the
+	// write is then retried only after a failure that proves it was never
+	// sent. A func that returns "" turns keys off.
 	NewIdempotencyKey func() string
 
 	// HedgeDelay turns hedging on: when an attempt of a request that may be
@@ -128,7 +129,7 @@ type Policy struct {
 	// hedge takes one whole, starting from none, and a hedge that wins gives
 	// its whole back, so that a dependency slow for everyone gets no more
 	// than this share in extra copies. Hedges are not paid from the Budget.
-	// Zero, a negative value, NaN or +Inf means DefaultHedgeRatio, 5%; a
+	// Zero, a negative value, NaN or +Inf means defaultHedgeRatio, 5%; a
 	// share above 10 means 10 (a hedge quota holds at most 10 hedges), and
 	// one below 1e-12 means 1e-12.
 	HedgeRatio float64
@@ -139,34 +140,28 @@ type Policy struct {
 	MaxHedges int
 
 	// SendAttemptHeader makes every attempt carry its number, 1 for the
-	// first, in AttemptHeader ("Retry-Attempt: 2"), so that servers and
-	// their logs can tell first tries from retries (RequestAttempt reads
+	// first, in attemptHeader ("Retry-Attempt: 2"), so that servers and
+	// their logs can tell first tries from retries (requestAttempt reads
 	// it). Off by default: it costs a copy of the request and its header per
 	// attempt.
 	SendAttemptHeader bool
-
-	// NoIdempotencyKeys turns key generation off. A POST or PATCH is then
-	// retried only if the caller set the key header itself, or after a
-	// failure that proves the request was never sent (the connection could
-	// not be made).
-	NoIdempotencyKeys bool
 }
 
 func (p *Policy) maxAttempts() int {
 	if p.MaxAttempts <= 0 {
-		return DefaultMaxAttempts
+		return defaultMaxAttempts
 	}
 	return p.MaxAttempts
 }
 
 func (p *Policy) baseDelay(c Class) time.Duration {
 	if c == Throttling {
-		return orDefault(p.ThrottleBaseDelay, DefaultThrottleBaseDelay)
+		return orDefault(p.ThrottleBaseDelay, defaultThrottleBaseDelay)
 	}
-	return orDefault(p.BaseDelay, DefaultBaseDelay)
+	return orDefault(p.BaseDelay, defaultBaseDelay)
 }
 
-func (p *Policy) maxDelay() time.Duration { return orDefault(p.MaxDelay, DefaultMaxDelay) }
+func (p *Policy) maxDelay() time.Duration { return orDefault(p.MaxDelay, defaultMaxDelay) }
 
 func (p *Policy) maxServerDelay() time.Duration {
 	if p.MaxServerDelay == 0 {
@@ -199,101 +194,32 @@ func orDefault(d, def time.Duration) time.Duration {
 	return d
 }
 
-// Jitter is the way a backoff wait is drawn. See "Exponential Backoff and
-// Jitter" on the AWS Architecture Blog for the comparison behind the
-// default.
+// Jitter is the way a backoff wait is drawn below its ceiling. See
+// "Exponential Backoff and Jitter" on the AWS Architecture Blog for the
+// comparison behind the default.
 type Jitter uint8
 
 const (
-	// FullJitter waits uniform in [0, min(max, base*2^n)]. It spreads a herd
-	// of clients the most for the least total wait, and is what the AWS
-	// SDKs use.
+	// FullJitter waits uniform in [0, min(MaxDelay, base*2^n)]. It spreads
+	// a herd of clients the most for the least total wait. The AWS SDKs use
+	// it.
 	FullJitter Jitter = iota
-	// EqualJitter waits t/2 plus uniform in [0, t/2], t = min(max, base*2^n):
-	// never less than half the ceiling.
+	// EqualJitter waits t/2 plus uniform in [0, t/2], where t is
+	// min(MaxDelay, base*2^n). It never waits less than half the ceiling.
 	EqualJitter
-	// DecorrelatedJitter waits min(max, uniform in [base, 3*previous]),
-	// previous being the last wait (base before the first).
+	// DecorrelatedJitter waits min(MaxDelay, uniform in [base, 3*previous]).
+	// The previous wait is base before the first.
 	DecorrelatedJitter
-	// NoJitter waits exactly min(max, base*2^n). Clients that failed
-	// together come back together; it exists for comparison.
-	NoJitter
 )
 
-func (j Jitter) String() string {
-	switch j {
-	case FullJitter:
-		return "full"
-	case EqualJitter:
-		return "equal"
-	case DecorrelatedJitter:
-		return "decorrelated"
-	case NoJitter:
-		return "none"
+// delay returns the wait before retry n (0 for the first retry).
+// A value past DecorrelatedJitter is read as FullJitter.
+func (j Jitter) delay(n int, base, limit, prev time.Duration, rnd func(int64) int64) time.Duration {
+	if j > DecorrelatedJitter {
+		j = FullJitter
 	}
-	return "jitter(" + itoa(int(j)) + ")"
-}
-
-// Delay returns the wait before retry n (0 for the first retry) under this
-// schedule, with the given base and limit (the cap). prev is the previous wait, used only
-// by DecorrelatedJitter (zero or less means base). rnd returns a uniform
-// integer in [0, k) for k > 0; nil means math/rand/v2's Int64N.
-//
-// The Transport calls Delay for every backoff wait; it is exported so that
-// simulations can drive the very same schedule. The result lies in [0, limit]
-// for any n, with no overflow.
-func (j Jitter) Delay(n int, base, limit, prev time.Duration, rnd func(int64) int64) time.Duration {
-	if base <= 0 || limit <= 0 {
-		return 0
-	}
-	if rnd == nil {
-		rnd = rand.Int64N
-	}
-	switch j {
-	case DecorrelatedJitter:
-		if prev <= 0 {
-			prev = base
-		}
-		hi := limit
-		if prev <= math.MaxInt64/3 {
-			hi = min(3*prev, limit)
-		}
-		if hi <= base {
-			return min(base, limit)
-		}
-		return base + uniform(rnd, hi-base)
-	case EqualJitter:
-		t := ceiling(n, base, limit)
-		half := t / 2
-		return half + uniform(rnd, t-half)
-	case NoJitter:
-		return ceiling(n, base, limit)
-	default:
-		return uniform(rnd, ceiling(n, base, limit))
-	}
-}
-
-// ceiling returns min(limit, base*2^n) without overflowing.
-func ceiling(n int, base, limit time.Duration) time.Duration {
-	if n < 0 {
-		n = 0
-	}
-	if n >= 63 || base > limit>>uint(n) {
-		return limit
-	}
-	return min(base<<uint(n), limit)
+	return backoff.Jitter(j).Delay(n, base, limit, prev, rnd)
 }
 
 // uniform returns a uniform duration in [0, d], both ends included.
-func uniform(rnd func(int64) int64, d time.Duration) time.Duration {
-	if d <= 0 {
-		return 0
-	}
-	var v int64
-	if d == math.MaxInt64 {
-		v = rnd(int64(d))
-	} else {
-		v = rnd(int64(d) + 1)
-	}
-	return time.Duration(min(max(v, 0), int64(d))) // a Rand outside [0, n) is clamped
-}
+func uniform(rnd func(int64) int64, d time.Duration) time.Duration { return backoff.Uniform(rnd, d) }

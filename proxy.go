@@ -6,7 +6,7 @@ import (
 	"net/url"
 )
 
-// A ProxyConnectError is a forward proxy's refusal to open a CONNECT tunnel
+// A proxyConnectError is a forward proxy's refusal to open a CONNECT tunnel
 // to the origin (any status but 200). Nothing reached the origin, so even a
 // write without an idempotency key may be retried; DefaultClassify reads the
 // status as it reads a response's: 502, 503 and 504 are Transient, 429 is
@@ -16,20 +16,20 @@ import (
 // net/http reports such a refusal as an error holding only the status text,
 // which cannot be told apart from other errors without matching free text;
 // CheckProxyConnect, installed as http.Transport.OnProxyConnectResponse,
-// reports it as a *ProxyConnectError instead.
-type ProxyConnectError struct {
+// reports it as a *proxyConnectError instead.
+type proxyConnectError struct {
 	// StatusCode is the proxy's status code, e.g. 503.
 	StatusCode int
 	// Status is its status line, e.g. "503 Service Unavailable".
 	Status string
 }
 
-func (e *ProxyConnectError) Error() string {
+func (e *proxyConnectError) Error() string {
 	return "retryhttp: proxy refused CONNECT: " + e.Status
 }
 
 // CheckProxyConnect has the signature of http.Transport.OnProxyConnectResponse:
-// it turns a proxy's refusal of a CONNECT tunnel into a *ProxyConnectError.
+// it turns a proxy's refusal of a CONNECT tunnel into a *proxyConnectError.
 // The Transport's default base has it; set it on a base of your own that
 // goes through a proxy:
 //
@@ -38,5 +38,5 @@ func CheckProxyConnect(_ context.Context, _ *url.URL, _ *http.Request, resp *htt
 	if resp.StatusCode == http.StatusOK { // net/http accepts 200 only
 		return nil
 	}
-	return &ProxyConnectError{StatusCode: resp.StatusCode, Status: resp.Status}
+	return &proxyConnectError{StatusCode: resp.StatusCode, Status: resp.Status}
 }

@@ -590,7 +590,7 @@ func TestLimiterHonoursRetryAfter(t *testing.T) {
 	}{
 		{"Retry-After", []string{"Retry-After", "3"}, 3 * time.Second},
 		{"x-amz-retry-after", []string{"X-Amz-Retry-After", "1500"}, 1500 * time.Millisecond},
-		{"beyond MaxServerDelay", []string{"Retry-After", "3600"}, DefaultMaxDelay},
+		{"beyond MaxServerDelay", []string{"Retry-After", "3600"}, defaultMaxDelay},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -825,7 +825,7 @@ func TestRetryWithoutPermitReturnsTheResponse(t *testing.T) {
 	// as it is, and the retry's tokens go back.
 	synctest.Test(t, func(t *testing.T) {
 		base := rht.NewTransport(rht.Status(429), rht.Status(200))
-		budget := NewBudget(500)
+		budget := NewTokenBucket(500)
 		tr := &Transport{Base: base, Limiter: &RateLimiter{}, Budget: budget, Policy: Policy{Rand: lowRand, Timeout: 100 * time.Millisecond}}
 		var rep Report
 		req := newReq(t, "GET", "")
@@ -2056,7 +2056,7 @@ func TestLimiterPauseForOddRetryAfters(t *testing.T) {
 		{"zero", "Retry-After", "0", 0},
 		{"fraction", "Retry-After", "1.5", 0},
 		{"x-amz", "X-Amz-Retry-After", "1500", 1500 * time.Millisecond},
-		{"huge", "Retry-After", "99999999999999999999", DefaultMaxDelay},
+		{"huge", "Retry-After", "99999999999999999999", defaultMaxDelay},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -2169,7 +2169,7 @@ func TestLimiterPauseIsNotQuiet(t *testing.T) {
 // Transport (StopServerDelay), even under MaxServerDelay: math.MaxInt64, and
 // does not pause the Limiter either: each paused it for about 292 years.
 // The longest wait there is, a number too large for a Duration
-// (ParseRetryAfter), and two that hold but whose spread of up to a tenth
+// (parseRetryAfter), and two that hold but whose spread of up to a tenth
 // more overflows a Duration (highRand makes the overflow certain).
 func TestLimiterIgnoresARetryAfterNoRetryCouldWait(t *testing.T) {
 	for _, ra := range []string{"99999999999999999999", "9223372036", "9000000000"} {

@@ -16,7 +16,7 @@ const (
 	headerRetryAfter    = "Retry-After"       // RFC 9110 §10.2.3: delay-seconds or an HTTP-date
 )
 
-// ParseRetryAfter returns the delay a response's headers ask for before the
+// parseRetryAfter returns the delay a response's headers ask for before the
 // next attempt, and whether they ask for one.
 //
 // It reads x-amz-retry-after and retry-after-ms (non-negative integers of
@@ -30,7 +30,7 @@ const (
 // Policy honours, so the response goes back to the caller.
 //
 // The returned duration is never negative.
-func ParseRetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
+func parseRetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 	if d, ok := parseDelay(h[headerAmzRetryAfter], time.Millisecond); ok {
 		return d, true
 	}
@@ -141,5 +141,5 @@ func serverDelay(p *Policy, resp *http.Response, now time.Time) (time.Duration, 
 	if resp == nil || p.MaxServerDelay < 0 {
 		return 0, false
 	}
-	return ParseRetryAfter(resp.Header, now)
+	return parseRetryAfter(resp.Header, now)
 }

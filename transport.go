@@ -65,13 +65,10 @@ type Transport struct {
 	// the recommended one; see Policy.
 	Policy Policy
 
-	// Budget pays for retries. Nil (or a nil *Budget) means a private
-	// token bucket of DefaultBudgetTokens made on first use; give several
-	// Transports the same Budget to make them share one quota. Any
-	// RetryBudget will do: a *Budget, a *RatioBudget, or one shared by a
-	// fleet (a ContextBudget, whose withdrawals end with the request's
-	// context).
-	Budget RetryBudget
+	// Budget pays for retries. Nil means a private token bucket of
+	// DefaultBudgetTokens, made on first use. Transports that share a
+	// Budget share one quota.
+	Budget Budget
 
 	// Limiter, if not nil, slows the Transport while it is being throttled:
 	// every attempt, the first of a request included, waits for a send
@@ -101,7 +98,7 @@ type Transport struct {
 	// or the Limiter had no permit for it) and those with no attempt at
 	// all included. It is not called when a hook panics. It must not block
 	// for long: the caller waits for it.
-	OnEnd func(RequestEnd)
+	OnEnd func(*http.Request, Report)
 
 	// Logger, if not nil, receives one line per retry decision: at Info for
 	// a retry ("retryhttp: retrying") and for a success after retries
@@ -119,7 +116,7 @@ type Transport struct {
 
 	once        sync.Once
 	defaultBase http.RoundTripper
-	inUse       RetryBudget // Budget, or a private bucket
+	inUse       Budget      // Budget, or a private bucket
 	hedges      lazyHedging // made by the first request that may be hedged
 	keys        keySource
 }
@@ -132,26 +129,15 @@ func (t *Transport) init() {
 	}
 	t.inUse = t.Budget
 	if t.Budget == nil || isNilPointer(t.Budget) {
-		t.inUse = NewBudget(DefaultBudgetTokens)
+		t.inUse = NewTokenBucket(DefaultBudgetTokens)
 	}
 }
 
 // isNilPointer reports whether b is a nil pointer in a non-nil interface, as
-// Transport{Budget: b} makes of a nil *Budget variable.
-func isNilPointer(b RetryBudget) bool {
+// Transport{Budget: b} makes of a nil pointer variable.
+func isNilPointer(b Budget) bool {
 	v := reflect.ValueOf(b)
 	return v.Kind() == reflect.Pointer && v.IsNil()
-}
-
-// BudgetInUse returns the budget the Transport draws from: Budget, or the
-// private one it made. It returns nil when PerHost is set: each destination
-// then draws from its own (see PerHost.Lookup).
-func (t *Transport) BudgetInUse() RetryBudget {
-	t.once.Do(t.init)
-	if t.PerHost != nil {
-		return nil
-	}
-	return t.inUse
 }
 
 // CloseIdleConnections closes the idle connections of the base transport, if

@@ -3,7 +3,7 @@
 // token bucket, so that 10,000 hosts facing one outage send about as many
 // retries as one host would, not 10,000 times as many.
 //
-// The bucket follows the AWS SDKs' retry quota (retryhttp.Budget): a retry
+// The bucket follows the AWS SDKs' retry quota (retryhttp.NewTokenBucket): a retry
 // costs 14 tokens (5 after throttling), a first-try success adds 1, a
 // successful retry gives its cost back. What changes is where the tokens
 // live and how often a process talks to Redis:
@@ -30,7 +30,7 @@
 //     once, nothing panics, and go-redis reconnects by itself. OnFallback and
 //     Fallback report it.
 //
-// A Budget implements retryhttp.RetryBudget:
+// A Budget implements retryhttp.Budget:
 //
 //	b, err := redisbudget.New(redisbudget.Options{Client: rdb, Key: "retry-budget:{orders-api}"})
 //	tr := &retryhttp.Transport{Budget: b}
@@ -131,8 +131,8 @@ type Options struct {
 	// would delete the bucket as soon as it is written.
 	TTL time.Duration
 	// Fallback pays for retries while Redis cannot be reached. Nil means a
-	// private retryhttp.Budget of Capacity tokens.
-	Fallback retryhttp.RetryBudget
+	// private retryhttp.NewTokenBucket of Capacity tokens.
+	Fallback retryhttp.Budget
 	// OnFallback, if not nil, is called when the budget falls back to its
 	// local bucket (err is why) and when it is back on Redis (err is nil).
 	// It is called once per change, before any withdrawal that waited for
@@ -152,8 +152,12 @@ type Budget struct {
 	opts     Options
 	key      string // the bucket this process draws from: Key, or a shard's
 	capacity int64  // its capacity
-	fallback retryhttp.RetryBudget
+	fallback retryhttp.Budget
 	epoch    time.Time // the clock's origin: times below are nanoseconds since
+
+	// The refunds of the lease's two costs, made once so that a retry
+	// allocates none.
+	refundRetry, refundThrottle func(bool)
 
 	lease    atomic.Int64 // tokens taken from Redis and not yet spent
 	deposits atomic.Int64 // first-try successes not yet sent
@@ -187,7 +191,7 @@ type counters struct {
 	calls, failures, refused, fallbackPaid, taken, credited, dropped atomic.Int64
 }
 
-var _ retryhttp.RetryBudget = (*Budget)(nil)
+var _ retryhttp.Budget = (*Budget)(nil)
 
 // ErrBadData is the cause reported when the key holds something that is not
 // a budget (another type, or a hash whose fields are not numbers).
@@ -240,9 +244,10 @@ func New(opts Options) (*Budget, error) {
 		}
 	}
 	b.seen.Store(b.capacity) // a new bucket is full
-	// A nil *retryhttp.Budget is none, as Transport.Budget reads it.
+	b.refundRetry, b.refundThrottle = b.leaseRefund(retryhttp.RetryCost), b.leaseRefund(retryhttp.ThrottleRetryCost)
+	// A nil pointer in the interface is none, as Transport.Budget reads it.
 	if b.fallback == nil || isNilPointer(b.fallback) {
-		b.fallback = retryhttp.NewBudget(int(opts.Capacity))
+		b.fallback = retryhttp.NewTokenBucket(int(opts.Capacity))
 	}
 	b.out.Add(1)
 	go b.warm()
@@ -264,8 +269,8 @@ func (b *Budget) warm() {
 const maxExact = 1 << 53
 
 // isNilPointer reports whether b is a nil pointer in a non-nil interface,
-// such as a *retryhttp.Budget never set.
-func isNilPointer(b retryhttp.RetryBudget) bool {
+// such as a *Budget never set.
+func isNilPointer(b retryhttp.Budget) bool {
 	v := reflect.ValueOf(b)
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
@@ -327,13 +332,25 @@ func (b *Budget) Deposit(success bool) {
 	if !success || b.deposits.Load() >= b.capacity-b.seen.Load() {
 		return
 	}
-	b.deposits.Add(retryhttp.SuccessReward)
+	b.deposits.Add(successReward)
 	if now := b.now(); now >= b.next.Load() && b.mu.TryLock() {
 		if b.fl == nil && now >= b.next.Load() {
 			b.start(0, 0, now+int64(b.opts.Timeout)) // the deposits travel alone
 		}
 		b.mu.Unlock()
 	}
+}
+
+// successReward is what a first-try success adds, as in the token bucket.
+const successReward = 1
+
+// cost is what a retry after a failure of class c takes, as in the token
+// bucket.
+func cost(c retryhttp.Class) int64 {
+	if c == retryhttp.Throttling {
+		return retryhttp.ThrottleRetryCost
+	}
+	return retryhttp.RetryCost
 }
 
 // Withdraw pays for a retry from the local lease. When the lease cannot pay
@@ -343,22 +360,15 @@ func (b *Budget) Deposit(success bool) {
 // fallback pays. A process that saw the bucket hold too little less than
 // about Recheck ago refuses at once, without asking.
 //
-// The Tokens name who paid: a refund goes back to the lease (the fleet's
-// tokens) or to the fallback, whichever paid, whatever the budget uses by
-// the time of the refund.
-func (b *Budget) Withdraw(c retryhttp.Class) (retryhttp.Tokens, bool) {
-	return b.WithdrawContext(context.Background(), c)
-}
-
-// WithdrawContext is Withdraw for a request whose context may end first:
-// it refuses, holding nothing, when ctx has ended or ends while it waits for
-// Redis, and passes ctx on to a Fallback that is a ContextBudget too. The
-// Transport calls it with the request's context.
-func (b *Budget) WithdrawContext(ctx context.Context, c retryhttp.Class) (retryhttp.Tokens, bool) {
+// The refund goes back to the lease (the fleet's tokens) or to the
+// fallback, whichever paid, whatever the budget uses by the time of the
+// refund. It refuses, holding nothing, when ctx has ended or ends while it
+// waits for Redis, and passes ctx on to the Fallback.
+func (b *Budget) Withdraw(ctx context.Context, c retryhttp.Class) (func(bool), bool) {
 	if ctx.Err() != nil { // the request is gone: nothing to pay for, no call to make
-		return retryhttp.Tokens{}, false
+		return nil, false
 	}
-	cost := c.Cost()
+	cost := cost(c)
 	if b.takeLease(cost) {
 		return b.paid(cost)
 	}
@@ -371,7 +381,7 @@ func (b *Budget) WithdrawContext(ctx context.Context, c retryhttp.Class) (retryh
 	}()
 	for round := 0; ; round++ {
 		if round > 0 && ctx.Err() != nil {
-			return retryhttp.Tokens{}, false
+			return nil, false
 		}
 		now := b.now()
 		if round == 0 {
@@ -382,7 +392,7 @@ func (b *Budget) WithdrawContext(ctx context.Context, c retryhttp.Class) (retryh
 			return b.fromFallback(ctx, c)
 		case b.seen.Load() < cost && now < b.next.Load():
 			b.stats.refused.Add(1) // the bucket was too low a moment ago
-			return retryhttp.Tokens{}, false
+			return nil, false
 		case now >= deadline:
 			// Calls answered, but others took their tokens first: this one
 			// has waited its Timeout.
@@ -410,7 +420,7 @@ func (b *Budget) WithdrawContext(ctx context.Context, c retryhttp.Class) (retryh
 			case <-f.done: // it ends in time: its own timer sees to that
 			case <-ctx.Done():
 				b.unwait(cost)
-				return retryhttp.Tokens{}, false
+				return nil, false
 			}
 		} else {
 			if timer == nil {
@@ -420,7 +430,7 @@ func (b *Budget) WithdrawContext(ctx context.Context, c retryhttp.Class) (retryh
 			case <-f.done:
 			case <-ctx.Done():
 				b.unwait(cost)
-				return retryhttp.Tokens{}, false
+				return nil, false
 			case <-timer.C:
 				// A call that started after this withdrawal is still out:
 				// the fallback pays for this one.
@@ -572,9 +582,18 @@ func notApplied(err error) bool {
 // errNotSent is the cause of a call that timed out waiting for the warm-up.
 var errNotSent = fmt.Errorf("%w: still connecting", ErrTimeout)
 
-// paid is a payment from the lease.
-func (b *Budget) paid(cost int64) (retryhttp.Tokens, bool) {
-	return retryhttp.Tokens{Cost: cost, Payer: (*lease)(b)}, true
+// paid is a payment from the lease: its refund goes back into the lease
+// (the tokens were taken from the fleet's bucket, and stay the fleet's).
+func (b *Budget) paid(cost int64) (func(bool), bool) {
+	if cost == retryhttp.ThrottleRetryCost {
+		return b.refundThrottle, true
+	}
+	return b.refundRetry, true
+}
+
+// leaseRefund returns the refund of cost tokens paid from the lease.
+func (b *Budget) leaseRefund(cost int64) func(bool) {
+	return func(bool) { b.lease.Add(cost) }
 }
 
 // unwait takes a withdrawal of cost out of the tokens wanted by those
@@ -585,15 +604,10 @@ func (b *Budget) unwait(cost int64) {
 	b.mu.Unlock()
 }
 
-// fromFallback is a payment from the fallback, whose Tokens name it.
-func (b *Budget) fromFallback(ctx context.Context, c retryhttp.Class) (retryhttp.Tokens, bool) {
-	var t retryhttp.Tokens
-	var ok bool
-	if cb, isCB := b.fallback.(retryhttp.ContextBudget); isCB {
-		t, ok = cb.WithdrawContext(ctx, c) // a fallback that waits ends with the request too
-	} else {
-		t, ok = b.fallback.Withdraw(c)
-	}
+// fromFallback is a payment from the fallback, whose refund goes back to
+// it.
+func (b *Budget) fromFallback(ctx context.Context, c retryhttp.Class) (func(bool), bool) {
+	t, ok := b.fallback.Withdraw(ctx, c) // a fallback that waits ends with the request too
 	if ok {
 		b.stats.fallbackPaid.Add(1)
 	}
@@ -612,12 +626,6 @@ func (b *Budget) takeLease(cost int64) bool {
 		}
 	}
 }
-
-// lease is the Payer of what the lease paid: a refund goes back into it (the
-// tokens were taken from the fleet's bucket, and stay the fleet's).
-type lease Budget
-
-func (l *lease) Refund(t retryhttp.Tokens, sent bool) { l.lease.Add(t.Cost) }
 
 // Available reports the tokens this process holds in its lease, or the
 // fallback's while Redis cannot be reached. The fleet's bucket is in Redis:
