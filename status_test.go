@@ -154,7 +154,7 @@ func TestNetHTTPConnectionFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.provoke(t)
 			if !strings.Contains(err.Error(), tc.text) {
-				t.Errorf("got %q; want it to contain %q (net/http changed: update classify.go)", err, tc.text)
+				t.Errorf("got %q; want it to contain %q (net/http changed: update status.go)", err, tc.text)
 			}
 			if !connClosedUnder(err) {
 				t.Error("connClosedUnder: got false; want true")

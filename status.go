@@ -1,7 +1,8 @@
 package retryhttp
 
-// Classification: what an attempt's outcome means for retrying. This file is
-// the one place where responses and errors are sorted into classes.
+// Status and error classification: what an attempt's outcome means for
+// retrying. This file is the one place where status codes and errors are
+// sorted into classes.
 
 import (
 	"context"
@@ -235,7 +236,7 @@ func http2StreamErrorCode(err error) (code uint32, ok bool) {
 // sentinel. Each is identified here by its type's package and name where it
 // has a type of its own, and by its exact text only where net/http offers
 // nothing else. Every entry has a test that provokes the real error from
-// net/http (classify_test.go), so a Go release that renames a type or
+// net/http (status_test.go), so a Go release that renames a type or
 // rewords a message fails those tests instead of silently turning a
 // retryable failure into a permanent one.
 
