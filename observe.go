@@ -249,8 +249,14 @@ func (e *Error) Error() string {
 	if e.Decision == Done {
 		why = "not retryable"
 	}
-	return "retryhttp: " + why + " after " + plural(e.Attempts, "attempt") + ": " + errStringFor(e.Err, e.url)
+	cause := strings.ReplaceAll(errStringFor(e.Err, e.url), prefix, "") // one prefix, this one
+	return prefix + why + " after " + plural(e.Attempts, "attempt") + ": " + cause
 }
+
+// prefix starts the text of every error of this package. An *Error's text
+// has it once: the causes it wraps, this package's own among them, lose
+// theirs there.
+const prefix = "retryhttp: "
 
 func (e *Error) Unwrap() error { return e.Err }
 

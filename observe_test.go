@@ -677,3 +677,66 @@ func TestErrorTextOfAShortQuery(t *testing.T) {
 		t.Errorf("Error() = %q; want the redacted URL in the text, whole", got)
 	}
 }
+
+// TestErrorTextHasOnePrefix checks that an *Error says "retryhttp:" once,
+// whatever its cause: a cause of this package's own keeps its prefix when
+// printed alone, not inside the Error's text.
+func TestErrorTextHasOnePrefix(t *testing.T) {
+	refused := func(r *http.Request) (*http.Response, error) {
+		return nil, CheckProxyConnect(r.Context(), r.URL, r, &http.Response{StatusCode: 403, Status: "403 Forbidden"})
+	}
+	inner := &Transport{Base: rht.NewTransport(rht.Status(503).Times(10)), Policy: Policy{MaxAttempts: 2, Rand: lowRand}}
+	for _, tc := range []struct {
+		name     string
+		tr       *Transport
+		prime    bool          // send a first request, answered 429, that starts the Limiter
+		within   time.Duration // the request's deadline, if not 0
+		cancelAt time.Duration // when the request is canceled, if not 0
+	}{
+		{name: "attempts exhausted on attempt timeouts", tr: &Transport{Base: rht.NewTransport(rht.Hang()),
+			Policy: Policy{AttemptTimeout: 500 * time.Millisecond, Rand: lowRand}}},
+		{name: "a base that returns neither a response nor an error",
+			tr: &Transport{Base: roundTripperFunc(func(*http.Request) (*http.Response, error) { return nil, nil })}},
+		{name: "a proxy's refusal", tr: &Transport{Base: roundTripperFunc(refused), Policy: Policy{Rand: lowRand}}},
+		{name: "no send permit", tr: &Transport{Base: rht.NewTransport(rht.Status(429), rht.Status(200)), Limiter: &RateLimiter{},
+			Policy: Policy{MaxAttempts: 1}}, prime: true, within: 5 * time.Millisecond},
+		{name: "a Transport over a Transport", tr: &Transport{Base: roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			resp, err := inner.RoundTrip(r)
+			if err == nil {
+				resp.Body.Close()
+				return nil, fmt.Errorf("wrapped: %w", &Error{Report: Report{Attempts: 2, Decision: StopAttempts, Err: ErrAttemptTimeout}})
+			}
+			return nil, err
+		}), Policy: Policy{MaxAttempts: 1}}},
+		{name: "canceled in a wait after an attempt timeout", tr: &Transport{Base: rht.NewTransport(rht.Hang()),
+			Policy: Policy{AttemptTimeout: 10 * time.Millisecond, Rand: highRand}}, cancelAt: 30 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				if tc.prime {
+					roundTrip(t, tc.tr, newReq(t, "GET", ""))
+				}
+				ctx := context.Background()
+				if tc.within > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tc.within)
+					defer cancel()
+				}
+				if tc.cancelAt > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithCancel(ctx)
+					defer cancel()
+					time.AfterFunc(tc.cancelAt, cancel)
+				}
+				resp, err := tc.tr.RoundTrip(newReq(t, "GET", "").WithContext(ctx))
+				if err == nil {
+					resp.Body.Close()
+					t.Fatal("got a response; want an error")
+				}
+				if n := strings.Count(err.Error(), "retryhttp:"); n != 1 {
+					t.Errorf("got %q: %d prefixes; want 1", err, n)
+				}
+			})
+		})
+	}
+}
