@@ -115,25 +115,22 @@ func requestAttempt(r *http.Request) int {
 }
 
 // Handler wraps a service's handler so that its error responses tell the
-// layer above not to retry when retrying has already been done below.
+// layer above not to retry, when retrying was already done below.
 //
-// While next handles a request, every Transport call made with the request's
-// context (or one derived from it, as http.NewRequestWithContext(r.Context(),
-// ...) and httputil.ReverseProxy make) reports how it ended. If one of them
-// ended with its retries used up or refused (attempts exhausted, the budget
-// empty, a server-requested wait too long, or a downstream response that
-// itself carried the signal), then a response that next writes with a 5xx or
-// 429 status carries exhaustedHeader. A response written for any other
-// reason carries nothing: if the service sheds load itself, or fails on its
-// own, the layer directly above is the one that should retry. A 2xx, 3xx or
-// 4xx other than 429 never carries it.
+// While next handles a request, every Transport call made with the
+// request's context, or one derived from it, reports how it ended. One may
+// end with its retries used up or refused: attempts exhausted, the budget
+// empty, a server delay too long, or a downstream response with the signal.
+// A 5xx or 429 response that next then writes carries a Retries-Exhausted
+// header, whose value names the reason. Every Transport above stops on it.
+// A response written for any other reason carries nothing: if the service
+// fails on its own, the layer above should retry. A 2xx, 3xx or other 4xx
+// never carries it.
 //
-// The ResponseWriter that next sees keeps http.Flusher and http.Hijacker,
-// passes on the underlying writer's flush errors (FlushError, as
-// http.ResponseController reads them: http.ErrNotSupported when it cannot
-// flush), and unwraps (Unwrap) for http.ResponseController's other methods. A request costs two
-// allocations (the request's copy with the new context, and the writer that
-// holds the state); nothing else happens unless a call fails.
+// The ResponseWriter that next sees keeps http.Flusher and http.Hijacker.
+// It passes on the flush errors of the writer below, as
+// http.ResponseController reads them, and unwraps for its other methods. A
+// request costs two allocations; nothing else happens unless a call fails.
 func Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		lw := &layerWriter{rw: w}

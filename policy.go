@@ -20,24 +20,23 @@ const (
 // A Policy says which attempts a Transport makes and how long it waits
 // between them. Its zero value is the recommended policy: three attempts,
 // full-jitter backoff from 50ms (1s after throttling) capped at 20s, and no
-// deadline beyond the request's context.
+// deadline beyond the request's context. These are the AWS SDKs' standard
+// retry mode.
 //
 // A Policy is a plain value: copy it, change a field, give it to another
-// Transport. Func fields must be safe for concurrent use when the Transport
-// is shared.
+// Transport. Its func fields must be safe for concurrent use.
 type Policy struct {
-	// MaxAttempts is the number of attempts, the first one included: 3 means
-	// one call and at most two retries. Zero or less means 3; 1 disables
-	// retries (and idempotency keys), while deadlines, hooks and logs still
-	// apply.
+	// MaxAttempts is the number of attempts, the first included. Zero or
+	// less means 3. 1 disables retries and idempotency keys; deadlines,
+	// hooks and logs still apply.
 	MaxAttempts int
 
-	// BaseDelay is the first backoff ceiling after a Transient failure; the
-	// ceiling doubles with every retry. Zero means 50ms.
+	// BaseDelay is the first backoff ceiling after a Transient failure.
+	// The ceiling doubles with every retry. Zero means 50ms.
 	BaseDelay time.Duration
 
-	// ThrottleBaseDelay is the same after a Throttling failure (429). Zero
-	// means 1s.
+	// ThrottleBaseDelay is the first ceiling after a Throttling failure.
+	// Zero means 1s.
 	ThrottleBaseDelay time.Duration
 
 	// MaxDelay caps one backoff wait. Zero means 20s.
@@ -47,42 +46,37 @@ type Policy struct {
 	// is FullJitter.
 	Jitter Jitter
 
-	// MaxServerDelay is the longest wait a server may ask for with
-	// Retry-After, x-amz-retry-after or retry-after-ms. A longer request is
-	// not waited for: the response goes back to the caller at once. Zero
-	// means MaxDelay; a negative value ignores server-requested delays and
-	// always uses backoff.
+	// MaxServerDelay is the longest wait a server may ask for, with
+	// Retry-After, x-amz-retry-after or retry-after-ms. The response to a
+	// longer request goes back to the caller at once. Zero means MaxDelay.
+	// A negative value ignores server delays and always uses backoff.
 	MaxServerDelay time.Duration
 
-	// Timeout limits the whole exchange: every attempt, every wait and the
-	// reading of the final response body, like http.Client.Timeout. A wait
-	// that would not end before it is not started. A 101 Switching
-	// Protocols response ends it: the upgraded connection belongs to the
-	// caller, who closes it. Zero means no limit beyond the request
-	// context's deadline.
+	// Timeout limits the whole exchange, like http.Client.Timeout: every
+	// attempt, every wait and the reading of the final body. A wait that
+	// would not end before it is not started. A 101 Switching Protocols
+	// response ends it: the upgraded connection is the caller's. Zero
+	// means no limit beyond the request context's deadline.
 	Timeout time.Duration
 
-	// AttemptTimeout limits one attempt, up to the arrival of the response
-	// headers; an attempt that runs out fails with ErrAttemptTimeout and is
-	// retried as Transient. It never cuts off the reading of the response
-	// body that is returned. Zero means no per-attempt limit.
+	// AttemptTimeout limits one attempt, up to its response headers. An
+	// attempt that runs out fails with ErrAttemptTimeout and is retried as
+	// Transient. It never cuts off the body that is returned. Zero means no
+	// limit per attempt.
 	AttemptTimeout time.Duration
 
-	// Classify sorts each attempt's outcome; exactly one of its arguments is
-	// non-nil. It must not consume the response body: to look inside one,
-	// use PeekBody, which reads a bounded prefix and puts it back. Nil means
-	// DefaultClassify.
+	// Classify sorts each attempt's outcome. Exactly one of its arguments
+	// is non-nil. It must not consume the body: PeekBody reads a bounded
+	// prefix and puts it back. Nil means DefaultClassify.
 	Classify func(*http.Response, error) Class
 
-	// Rand returns a uniform random integer in [0, n) for n > 0; it draws
-	// the jitter. Nil means math/rand/v2's Int64N. Replace it for
-	// deterministic tests and simulations; it must be safe for concurrent
-	// use if the Transport is shared. A value outside [0, n) is taken as
-	// the nearer end, so that no wait is negative or past its window.
+	// Rand returns a uniform random integer in [0, n) for n > 0. It draws
+	// the jitter. Nil means math/rand/v2's Int64N. Tests and simulations
+	// replace it. A value outside [0, n) is taken as the nearer end.
 	Rand func(n int64) int64
 
-	// IdempotencyHeader names the header that carries the idempotency key of
-	// a POST or PATCH. Empty means "Idempotency-Key".
+	// IdempotencyHeader names the header of a write's idempotency key.
+	// Empty means "Idempotency-Key".
 	IdempotencyHeader string
 
 	// NewIdempotencyKey makes the key of a POST or PATCH that carries none.
@@ -92,58 +86,44 @@ type Policy struct {
 	// sent. A func that returns "" turns keys off.
 	NewIdempotencyKey func() string
 
-	// HedgeDelay turns hedging on: when an attempt of a request that may be
-	// sent twice (GET, HEAD, OPTIONS, TRACE, PUT or DELETE; not a write,
-	// even with an idempotency key: a server that deduplicates keys answers
-	// a copy sent while another is in progress with 409 Conflict; a body
-	// only through GetBody) has had no answer for HedgeDelay, another copy
-	// is sent, and
-	// the first answer that is not a retryable failure wins; the other
-	// copies are canceled, drained and closed. Hedges are limited to
-	// HedgeRatio of the requests; one that cannot be sent yet is asked for
-	// again after a quarter of the delay, and the first ask leaves nearly
-	// a hedge for those asked again (1 - HedgeRatio of one, when that is
-	// positive), so that a short share goes to the slowest copies. Each
-	// hedge counts as an attempt against MaxAttempts and is reported in
-	// Attempt.Hedges. Set it near the dependency's 95th percentile latency,
-	// or set HedgeQuantile instead.
-	// AttemptTimeout does not apply to an attempt that may be hedged; it
-	// does to one that may not (the last MaxAttempts allows, or one made
-	// before HedgeQuantile has a delay). Zero means no hedging, unless
+	// HedgeDelay turns hedging on. When an attempt has had no answer for
+	// HedgeDelay, another copy is sent. The first answer that is not a
+	// retryable failure wins; the other copies are canceled, drained and
+	// closed. Only a request that may be sent twice is hedged: GET, HEAD,
+	// OPTIONS, TRACE, PUT or DELETE, with a body only through GetBody. A
+	// write is never hedged, even with a key: a server that deduplicates
+	// keys answers a copy in progress with 409 Conflict. Each hedge counts
+	// against MaxAttempts. Set it near the dependency's 95th percentile, or
+	// set HedgeQuantile instead. AttemptTimeout does not apply to an
+	// attempt that may be hedged. Zero means no hedging, unless
 	// HedgeQuantile is set. See docs/guide-hedging.md.
 	HedgeDelay time.Duration
 
-	// HedgeQuantile, between 0 and 1 (0.95 for the 95th percentile), turns
-	// hedging on with a delay measured rather than set: the latency within
-	// which that share of the Transport's recent attempts answered (each
-	// destination's, with PerHost), over the last five hundred to a
-	// thousand. Attempts are not hedged until twenty are measured (one
-	// ended by AttemptTimeout, or beaten by its hedge, counts as the time
-	// it ran: at least that long), and the first estimates, from few
-	// attempts, err late. HedgeDelay, if set
-	// too, is the shortest delay. Zero means the fixed HedgeDelay.
+	// HedgeQuantile, between 0 and 1, turns hedging on with a measured
+	// delay: the latency within which that share of recent attempts
+	// answered (each destination's, with PerHost). Attempts are not hedged
+	// until twenty are measured. HedgeDelay, if set too, is the shortest
+	// delay. Zero means the fixed HedgeDelay.
 	HedgeQuantile float64
 
-	// HedgeRatio is the most hedged copies that lose, as a share of the
-	// requests that may be hedged: every such request adds the share, every
-	// hedge takes one whole, starting from none, and a hedge that wins gives
-	// its whole back, so that a dependency slow for everyone gets no more
-	// than this share in extra copies. Hedges are not paid from the Budget.
-	// Zero, a negative value, NaN or +Inf means defaultHedgeRatio, 5%; a
-	// share above 10 means 10 (a hedge quota holds at most 10 hedges), and
-	// one below 1e-12 means 1e-12.
+	// HedgeRatio bounds the hedged copies that lose, as a share of the
+	// requests that may be hedged. Every such request adds the share,
+	// every hedge takes one whole, and a hedge that wins gives it back. A
+	// dependency slow for everyone then gets no more than this share in
+	// extra copies. A hedge that cannot be sent is asked for again after a
+	// quarter of the delay. Hedges are not paid from the Budget. Zero, a
+	// negative value, NaN or +Inf means 5%. The share is capped at 10.
 	HedgeRatio float64
 
-	// MaxHedges is the most hedged copies of one attempt, each sent
-	// a hedge delay after the previous one. Zero means 1; more than 100
+	// MaxHedges is the most hedged copies of one attempt, each sent a
+	// hedge delay after the one before. Zero means 1. More than 100
 	// means 100.
 	MaxHedges int
 
 	// SendAttemptHeader makes every attempt carry its number, 1 for the
-	// first, in attemptHeader ("Retry-Attempt: 2"), so that servers and
-	// their logs can tell first tries from retries (requestAttempt reads
-	// it). Off by default: it costs a copy of the request and its header per
-	// attempt.
+	// first, in a Retry-Attempt header. Servers and their logs can then
+	// tell first tries from retries. It costs a copy of the request and its
+	// header per attempt.
 	SendAttemptHeader bool
 }
 

@@ -67,30 +67,23 @@ var ErrAttemptTimeout = errors.New("retryhttp: attempt timed out")
 // status of 400 or above is Permanent (500 among them: the server may have
 // done the work before failing), anything below 400 is Success.
 //
-// Errors: context.Canceled is Permanent; so are certificate and TLS protocol
-// errors, and any error not recognised as a network failure (an unsupported
-// scheme, an invalid header). Recognised network failures are Transient:
-// dial errors, refused, reset or aborted connections, broken pipes,
-// unreachable hosts, DNS failures other than "no such host", EOF before a
-// response, a connection closed under the request (net.ErrClosed, net/http's
-// "server closed idle connection" keep-alive race, an HTTP/2 GOAWAY followed
-// by a close, an HTTP/2 connection lost to an unanswered health-check ping),
-// HTTP/2 stream resets (INTERNAL_ERROR, REFUSED_STREAM; an ENHANCE_YOUR_CALM
-// reset is Throttling), and timeouts (ErrAttemptTimeout,
-// context.DeadlineExceeded, and any error in the chain whose Timeout method
-// reports true, as os.IsTimeout reads them). A forward proxy's refusal of a
-// CONNECT tunnel (a *proxyConnectError) is classified by its status as a
-// response would be. Whatever the class, the Transport never retries once
-// the request's own context has ended: that is the caller's cancellation or
-// deadline, not the attempt's. While the request's context is alive, the
-// Transport takes a Permanent context.Canceled from any classifier as
-// Transient, unless the attempt before it also ended canceled: that
-// cancellation was not the caller's (net/http can hand one request's
-// cancellation to the next request on its connection, and hedging cancels
-// the losing copies in flight), and one that comes back on the retry is a
-// base that cancels for good, not retried again at the budget's expense.
-// A cancellation caused by the end of a hedged race, which the Transport
-// marks as its own, is Transient however often it comes.
+// Errors: context.Canceled is Permanent. So are certificate and TLS
+// protocol errors, and any error not recognised as a network failure.
+// Network failures are Transient: dial errors, refused, reset or aborted
+// connections, broken pipes and unreachable hosts. So are DNS failures
+// other than "no such host", and EOF before a response. So is a connection
+// closed under the request, by a keep-alive race, an HTTP/2 GOAWAY or a
+// lost health-check ping. HTTP/2 stream resets are Transient, but an
+// ENHANCE_YOUR_CALM reset is Throttling. Timeouts are Transient:
+// ErrAttemptTimeout, context.DeadlineExceeded, and any error whose Timeout
+// method reports true. A forward proxy's refusal of a CONNECT tunnel is
+// classified by its status, as a response would be.
+//
+// The Transport never retries once the request's own context has ended,
+// whatever the class. While that context is alive, a Permanent
+// context.Canceled is taken as Transient: the cancellation was not the
+// caller's. A second one in a row is not retried again: the base cancels
+// for good. A cancellation of a losing hedged copy is always Transient.
 //
 // To retry more, wrap it:
 //
