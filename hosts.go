@@ -19,25 +19,23 @@ const (
 	defaultHostIdleTimeout = 10 * time.Minute
 )
 
-// A PerHost isolates the destinations of one Transport from each other:
-// each destination (scheme, host and port) gets a retry budget and a
-// RateLimiter of its own, made the first time a request goes there. One
-// dead host then spends only its own budget, and one host that answers 429
-// slows only the requests that go to it, as Envoy keeps budgets per
-// cluster and the AWS SDKs per service client.
+// A PerHost isolates the destinations of one Transport from each other.
+// Each destination (scheme, host and port) gets a Budget and a RateLimiter
+// of its own, made the first time a request goes there. One dead host then
+// spends only its own budget. One host that answers 429 slows only the
+// requests to it. Envoy keeps budgets per cluster, and the AWS SDKs per
+// service client, for the same reason.
 //
-// Set it as Transport.PerHost; it then takes the place of the Transport's
-// Budget and Limiter. Memory is bounded: at most MaxHosts destinations are
-// tracked, and one with no request for about IdleTimeout (measured from the
-// sweep that last saw it used) is forgotten when a new one is added. A
-// forgotten destination that comes back starts afresh.
-// Lookups take no lock: a request to a destination already known costs a
-// map read.
+// Set it as Transport.PerHost, in place of Budget and Limiter. At most
+// MaxHosts destinations are tracked. One with no request for about
+// IdleTimeout is forgotten when a new one is added. A forgotten destination
+// that comes back starts afresh. A request to a known destination takes no
+// lock.
 //
 // The zero PerHost is ready to use: a token bucket of DefaultBudgetTokens
 // for each destination, and no rate limiting. It is safe for concurrent
-// use; its fields must not change after its first use, and one PerHost
-// belongs to one Transport.
+// use. Its fields must not change after its first use. One PerHost belongs
+// to one Transport.
 type PerHost struct {
 	// Budget makes the budget of a destination; dest is its scheme, host
 	// and port ("https://api.example.com:443"). Any RetryBudget will do: a

@@ -28,10 +28,11 @@ func (e *proxyConnectError) Error() string {
 	return "retryhttp: proxy refused CONNECT: " + e.Status
 }
 
-// CheckProxyConnect has the signature of http.Transport.OnProxyConnectResponse:
-// it turns a proxy's refusal of a CONNECT tunnel into a *proxyConnectError.
-// The Transport's default base has it; set it on a base of your own that
-// goes through a proxy:
+// CheckProxyConnect is an http.Transport.OnProxyConnectResponse. It turns
+// a proxy's refusal of a CONNECT tunnel into an error that DefaultClassify
+// reads by its status. Nothing reached the origin, so even a write without
+// a key may be retried. The Transport's default base has it. Set it on a
+// base of your own that goes through a proxy:
 //
 //	base := &http.Transport{Proxy: http.ProxyFromEnvironment, OnProxyConnectResponse: retryhttp.CheckProxyConnect}
 func CheckProxyConnect(_ context.Context, _ *url.URL, _ *http.Request, resp *http.Response) error {

@@ -55,8 +55,8 @@ func (c Class) String() string {
 func (c Class) retryable() bool { return c == Transient || c == Throttling }
 
 // ErrAttemptTimeout is the cause of an attempt cut off by
-// Policy.AttemptTimeout. Errors of such attempts match it with errors.Is, and
-// DefaultClassify treats them as Transient; the caller's own deadline is
+// Policy.AttemptTimeout. Such attempts' errors match it with errors.Is.
+// DefaultClassify treats them as Transient. The caller's own deadline is
 // never reported as ErrAttemptTimeout.
 var ErrAttemptTimeout = errors.New("retryhttp: attempt timed out")
 
