@@ -12,14 +12,12 @@ import (
 	"sync/atomic"
 )
 
-// Retries multiply through layers: k services that each make 3 attempts send
-// 3^k to the bottom. The rule (Google SRE book, "Handling Overload" and
-// "Addressing Cascading Failures") is that only the layer directly above the
-// failing dependency retries; the layers further up return the error at
-// once, told by a signal on the wire that retrying is over. This file is
-// that signal: Handler adds it to a service's error responses when the
-// service's own outgoing calls had already used up their retries, and the
-// Transport does not retry a response that carries it.
+// Retries multiply through layers: k services that each make 3 attempts
+// send 3^k to the bottom. The Google SRE book's rule is that only the layer
+// directly above the failing dependency retries. The layers further up
+// return the error at once, told by a signal on the wire. This file is that
+// signal. Handler adds it to a service's error responses when its own calls
+// used up their retries. The Transport does not retry a response with it.
 
 // exhaustedHeader is the response header that says "retries for this request
 // were already made, and used up, further down: do not retry it". Its value

@@ -6,17 +6,11 @@ import (
 	"net/url"
 )
 
-// A proxyConnectError is a forward proxy's refusal to open a CONNECT tunnel
-// to the origin (any status but 200). Nothing reached the origin, so even a
-// write without an idempotency key may be retried; DefaultClassify reads the
-// status as it reads a response's: 502, 503 and 504 are Transient, 429 is
-// Throttling, the rest (407 Proxy Authentication Required among them) are
-// Permanent.
-//
-// net/http reports such a refusal as an error holding only the status text,
-// which cannot be told apart from other errors without matching free text;
-// CheckProxyConnect, installed as http.Transport.OnProxyConnectResponse,
-// reports it as a *proxyConnectError instead.
+// A proxyConnectError is a forward proxy's refusal to open a CONNECT
+// tunnel to the origin: any status but 200. Nothing reached the origin, so
+// even a write without a key may be retried. DefaultClassify reads its
+// status as it reads a response's. net/http reports such a refusal as free
+// text; CheckProxyConnect reports it as a *proxyConnectError instead.
 type proxyConnectError struct {
 	// StatusCode is the proxy's status code, e.g. 503.
 	StatusCode int
