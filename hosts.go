@@ -38,7 +38,7 @@ const (
 // to one Transport.
 type PerHost struct {
 	// Budget makes the budget of a destination; dest is its scheme, host
-	// and port ("https://api.example.com:443"). Any RetryBudget will do: a
+	// and port ("https://api.example.com:443"). Any Budget will do: a
 	// fleet budget can name its shared key after dest. Nil means a token
 	// bucket of DefaultBudgetTokens for each destination.
 	Budget func(dest string) Budget

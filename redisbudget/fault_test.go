@@ -256,7 +256,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // A withdrawal that waits for a stalled Redis holds the request past its
-// own deadline (Policy.Timeout, or the caller's context): RetryBudget's
+// own deadline (Policy.Timeout, or the caller's context): Budget's
 // Withdraw takes no context, and weigh checks the deadline before it, not
 // after. The Transport promises to keep every attempt and wait inside one
 // deadline.
@@ -360,7 +360,7 @@ func TestPanickingOnFallbackIsRecovered(t *testing.T) {
 }
 
 // While Redis is down, the fallback pays, through Withdraw, which takes no
-// context: a Fallback that is itself a ContextBudget (a second fleet
+// context: a Fallback whose Withdraw waits too (a second fleet
 // budget, in another region say) holds the request up to its own Timeout,
 // past the request's deadline, which Withdraw promises not to do.
 func TestFallbackWithdrawalEndsWithTheContext(t *testing.T) {
