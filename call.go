@@ -98,6 +98,28 @@ func (c *call) start(t *Transport, req *http.Request) error {
 	if err := c.ctx.Err(); err != nil {
 		return c.fail(StopCanceled, err, true)
 	}
+	c.setup()
+	return nil
+}
+
+// resume sets the call up for a request whose first attempt RoundTrip's
+// plain path already made (Transport.plain): the base has its body, the
+// first outcome is resp and err, and the call goes on from its decision.
+func (c *call) resume(t *Transport, req *http.Request, resp *http.Response, err error) {
+	c.t, c.req, c.out = t, req, req
+	c.ctx = req.Context()
+	c.setup()
+	o := &c.o
+	o.sent, o.number, o.resp, o.err = req, 1, resp, err
+	c.strayOK = true // as send finds it before a first attempt
+	o.class = c.classify(resp, err)
+	c.n = 1
+	c.budget().Deposit(o.class == Success)
+}
+
+// setup is start's work once the request's context is known to be alive.
+func (c *call) setup() {
+	t, req := c.t, c.req
 	p := &t.Policy
 	c.max = p.maxAttempts()
 	timeout := p.Timeout
@@ -135,7 +157,6 @@ func (c *call) start(t *Transport, req *http.Request) error {
 		}
 		c.hs.quota.deposit(p.hedgeRatio()) // each request that may be hedged adds its share
 	}
-	return nil
 }
 
 // budget is what pays for the request's retries and hedges.

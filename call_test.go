@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -548,5 +549,65 @@ func TestPanicsInEveryHookLeaveNothingHeld(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestPlainPathAgreesWithTheLoop sends the same seeded random scripts
+// through a Transport with nothing to set up, whose first attempt takes
+// RoundTrip's plain path, and through one with an OnAttempt hook, which
+// takes the loop from the start. Each request must end the same: the same
+// status or error text, the same attempts at the base, the same tokens.
+func TestPlainPathAgreesWithTheLoop(t *testing.T) {
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for seed := range uint64(300) {
+		rng := rand.New(rand.NewPCG(seed, 3))
+		steps := make([]rht.Step, 1+rng.IntN(5))
+		for i := range steps {
+			switch rng.IntN(9) {
+			case 0:
+				steps[i] = rht.Step{Err: errReset}
+			case 1:
+				steps[i] = rht.Step{Err: context.Canceled}
+			case 2:
+				steps[i] = rht.RetryAfter(503, "1")
+			case 3:
+				steps[i] = rht.RetryAfter(429, "2")
+			default:
+				steps[i] = rht.Status([]int{200, 200, 404, 500, 502, 503}[rng.IntN(6)])
+			}
+		}
+		p := Policy{MaxAttempts: 1 + rng.IntN(4), Rand: lowRand}
+		tokens := []int{0, RetryCost, DefaultBudgetTokens}[rng.IntN(3)]
+		method := []string{"GET", "PUT", "DELETE", "POST"}[rng.IntN(4)]
+		ctx := context.Background()
+		if rng.IntN(10) == 0 {
+			ctx = canceled
+		}
+		type end struct {
+			status   int
+			err      string
+			attempts int
+			tokens   int
+		}
+		run := func(hooked bool) end {
+			var e end
+			synctest.Test(t, func(t *testing.T) {
+				base := rht.NewTransport(steps...)
+				tr := &Transport{Base: base, Policy: p, Budget: newTokenBucket(tokens)}
+				if hooked {
+					tr.OnAttempt = func(Attempt) {}
+				}
+				e.status, _, _ = roundTrip(t, tr, newReq(t, method, "").WithContext(ctx))
+				if _, err := tr.RoundTrip(newReq(t, method, "").WithContext(ctx)); err != nil {
+					e.err = err.Error()
+				}
+				e.attempts, e.tokens = len(base.Attempts()), tr.budgetInUse().Available()
+			})
+			return e
+		}
+		if plain, loop := run(false), run(true); plain != loop {
+			t.Errorf("seed %d (%s, %+v, %d tokens, steps %v): plain path %+v; loop %+v", seed, method, p, tokens, steps, plain, loop)
+		}
 	}
 }

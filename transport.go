@@ -105,6 +105,8 @@ type Transport struct {
 	Logger *slog.Logger
 
 	once        sync.Once
+	plain       bool         // a first attempt of an idempotent request only needs sending
+	bucket      *tokenBucket // inUse, when it is this package's token bucket
 	defaultBase http.RoundTripper
 	inUse       Budget      // Budget, or a private bucket
 	hedges      lazyHedging // made by the first request that may be hedged
@@ -121,6 +123,11 @@ func (t *Transport) init() {
 	if t.Budget == nil || isNilPointer(t.Budget) {
 		t.inUse = NewTokenBucket(DefaultBudgetTokens)
 	}
+	t.bucket, _ = t.inUse.(*tokenBucket) // it never panics: nothing to clean up after it
+	p := &t.Policy
+	t.plain = t.bucket != nil && t.OnAttempt == nil && t.OnEnd == nil && t.Logger == nil && t.Limiter == nil && t.PerHost == nil &&
+		p.Timeout <= 0 && p.AttemptTimeout <= 0 && p.HedgeDelay <= 0 && p.hedgeQuantile() == 0 &&
+		!p.SendAttemptHeader && p.Classify == nil
 }
 
 // isNilPointer reports whether b is a nil pointer in a non-nil interface, as
@@ -150,20 +157,49 @@ func (t *Transport) base() http.RoundTripper {
 // RoundTrip sends req through the base transport, retrying as the Policy
 // and the Budget allow. See Transport for the contract.
 //
-// The loop is the whole algorithm. Each step is a method of the request's
-// call (call.go), which owns everything the request holds.
+// The loop, in roundTrip, is the whole algorithm. Each step is a method of
+// the request's call (call.go), which owns everything the request holds.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	t.once.Do(t.init)
+	if t.plain && idempotentMethod(req.Method) {
+		// Nothing to set up: no hook, no deadline, no key, no Report or
+		// Override on the context. The first attempt is sent at once, and
+		// an answer that is not retried goes back as the loop would return
+		// it. Anything else resumes the loop at its decision.
+		if ctx := req.Context(); ctx.Err() == nil && ctx.Value(requestKey{}) == nil {
+			resp, err := t.base().RoundTrip(req)
+			if (resp == nil) == (err == nil) {
+				resp, err = repair(resp, err)
+			}
+			if err == nil {
+				if class := statusClass(resp.StatusCode); !class.retryable() {
+					t.bucket.Deposit(class == Success)
+					return resp, nil
+				}
+			}
+			return t.roundTrip(req, true, resp, err)
+		}
+	}
+	return t.roundTrip(req, false, nil, nil)
+}
+
+// roundTrip is RoundTrip's loop. With sent, the first attempt was made and
+// answered resp and err.
+func (t *Transport) roundTrip(req *http.Request, sent bool, resp *http.Response, err error) (*http.Response, error) {
 	var c call
 	defer c.cleanup() // on every way out, a panicking hook's included
-	if err := c.start(t, req); err != nil {
+	if sent {
+		c.resume(t, req, resp, err)
+	} else if err := c.start(t, req); err != nil {
 		return nil, err
 	}
-	for {
-		if err := c.acquire(); err != nil { // a send permit, when limiting
-			return nil, c.stopBefore(err)
+	for ; ; sent = false {
+		if !sent {
+			if err := c.acquire(); err != nil { // a send permit, when limiting
+				return nil, c.stopBefore(err)
+			}
+			c.send() // one attempt, hedged or timed as the Policy says
 		}
-		c.send()    // one attempt, hedged or timed as the Policy says
 		c.decide()  // retry or stop; a retry is paid for here
 		c.observe() // the hook, the Logger and the Report
 		if c.v.decision != Retry {
