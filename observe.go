@@ -275,11 +275,11 @@ func plural(n int, s string) string {
 	return itoa(n) + " " + s + "s"
 }
 
-// errString renders err without the query string, fragment or user info of
-// any URL it carries: the text of each *url.Error in its chain is replaced by
-// a redacted one, and whatever wraps it is kept, unless a secret of one of
-// their URLs is still in the text (a wrapper printed it, or the url.Error
-// in another form): then the text is the first url.Error's, redacted, alone.
+// errString renders err without the query, fragment or user info of any
+// URL it carries. The text of each *url.Error in its chain is replaced by a
+// redacted one, and whatever wraps it is kept. A wrapper may still print a
+// secret of one of their URLs. The text is then the first url.Error's,
+// redacted, alone.
 func errString(err error) string {
 	if err == nil {
 		return "<nil>"
@@ -308,13 +308,13 @@ func errString(err error) string {
 	return full
 }
 
-// errStringFor renders err as errString does, and keeps the secrets of u,
-// the URL of the request err came from, out of text that names it other
-// than in a *url.Error: a base's own message ("GET <url> giving up") or a
+// errStringFor renders err as errString does. It also keeps the secrets of
+// u, the URL of the request err came from, out of text that names it other
+// than in a *url.Error: a base's own message ("GET <url> giving up"), or a
 // wrapper's. The URL is shown redacted, and each secret left elsewhere in
-// the text is replaced, unless it is too short to tell from the text's own
-// words (under minSecret bytes; a query value alone, under minReplaced) or
-// is part of what the redacted URL shows anyway (its scheme, host, path).
+// the text is replaced. A secret is left when it is too short to tell from
+// the text's own words: under minSecret bytes, or under minReplaced for a
+// query value alone. It is left when the redacted URL shows it anyway.
 func errStringFor(err error, u *url.URL) string {
 	s := errString(err)
 	if u == nil || u.User == nil && u.RawQuery == "" && u.Fragment == "" {
@@ -333,7 +333,7 @@ func errStringFor(err error, u *url.URL) string {
 }
 
 // minReplaced is the shortest query value errStringFor replaces on its own
-// wherever it appears: a shorter one (a state, a region, a page number)
+// wherever it appears. A shorter one (a state, a region, a page number)
 // would take words out of the message, and is rarely a credential. The
 // query as a whole is replaced from minSecret bytes.
 const minReplaced = 8
@@ -361,7 +361,7 @@ func urlCopy(u *url.URL) *url.URL {
 	return &c
 }
 
-// minSecret is the shortest query value urlSecrets counts as a secret: a
+// minSecret is the shortest query value urlSecrets counts as a secret. A
 // shorter one (a page number, a flag) would be found in any text, and keep
 // what wraps a url.Error out of it for nothing.
 const minSecret = 4
