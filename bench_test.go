@@ -132,10 +132,10 @@ func BenchmarkBudgets(b *testing.B) {
 	get, _ := http.NewRequest("GET", "http://example.test/", nil)
 	for _, c := range []struct {
 		name   string
-		budget func() RetryBudget
+		budget func() Budget
 	}{
-		{"token-bucket", func() RetryBudget { return NewBudget(DefaultBudgetTokens) }},
-		{"ratio", func() RetryBudget { return &RatioBudget{} }},
+		{"token-bucket", func() Budget { return newTokenBucket(DefaultBudgetTokens) }},
+		{"ratio", func() Budget { return &ratioBudget{} }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			tr := &Transport{Base: newStub(200), Budget: c.budget()}

@@ -11,9 +11,9 @@ import (
 // The request and response bodies of a call: the next attempt's request,
 // and the discarding, closing and handing over of responses.
 
-// drainLimit bounds how much of a discarded response body is read so that its
-// connection can be reused; a longer body is closed unread, which costs a new
-// connection but never unbounded reading.
+// drainLimit bounds how much of a discarded response body is read, so that
+// its connection can be reused. A longer body is closed unread: that costs
+// a new connection, but never unbounded reading.
 const drainLimit = 64 << 10
 
 // drainTimeout bounds how long draining a discarded body may take: a body

@@ -2,196 +2,105 @@ package retryhttp
 
 import (
 	"context"
-	"math"
 	"sync/atomic"
 )
 
-// Default costs of the retry quota, as in the AWS SDKs' standard retry mode.
+// The token bucket's quota, as in the AWS SDKs' standard retry mode.
 const (
-	// DefaultBudgetTokens is the size of the bucket a Transport makes for
-	// itself when its Budget is nil.
+	// DefaultBudgetTokens is the size of the bucket a Transport makes when
+	// its Budget is nil.
 	DefaultBudgetTokens = 500
-	// RetryCost is what a retry after a transient failure (502, 503, 504, a
-	// network error) takes from the bucket.
+	// RetryCost is what a retry after a Transient failure takes.
 	RetryCost = 14
-	// ThrottleRetryCost is what a retry after a throttling response (429)
-	// takes from the bucket.
+	// ThrottleRetryCost is what a retry after a Throttling failure takes.
 	ThrottleRetryCost = 5
-	// SuccessReward is what a request that succeeds on its first attempt
-	// puts back, never above the bucket's capacity.
-	SuccessReward = 1
 )
 
-// A RetryBudget decides whether a retry may be made, so that a client facing a
-// sick dependency stops retrying instead of multiplying the load on it. The
-// Transport's Budget field takes any implementation: *Budget (the AWS SDKs'
-// token bucket, the default), *RatioBudget (retries as a share of recent
-// requests), or one of your own, such as a budget a whole fleet shares
-// (the redisbudget module).
+// successReward is what a request that succeeds on its first attempt puts
+// back into a token bucket.
+const successReward = 1
+
+// A Budget decides whether a retry may be made. A client facing a sick
+// dependency then stops retrying instead of multiplying the load on it.
 //
-// The Transport calls the methods from the goroutines that call RoundTrip,
-// so they must be safe for concurrent use; Deposit runs on every request and
-// should cost next to nothing.
-type RetryBudget interface {
-	// Deposit is called once per request, after its first attempt;
-	// success reports whether that attempt succeeded.
+// NewTokenBucket and NewRatioBudget make the two kinds this package has.
+// The redisbudget module's is shared by a fleet. A Transport calls the
+// methods from the goroutines that call RoundTrip, so they must be safe
+// for concurrent use.
+type Budget interface {
+	// Deposit is called once per request, after its first attempt.
+	// success reports whether that attempt succeeded. It runs on every
+	// request and should cost next to nothing.
 	Deposit(success bool)
+
 	// Withdraw is called before each retry, after a failure of class c
-	// (Transient or Throttling). It reports whether the retry may be made
-	// and, if so, the Tokens it paid, which the Transport settles exactly
-	// once (see Tokens).
-	Withdraw(c Class) (t Tokens, ok bool)
-	// Available reports what the budget holds now, in its own unit, for
-	// hooks, logs and metrics.
+	// (Transient or Throttling). It reports whether the retry may be
+	// made. A Budget that waits, on a store a fleet shares, stops waiting
+	// when ctx ends, and refuses.
+	//
+	// With ok, refund gives the retry back, at most once: sent is true
+	// when the retry was sent and succeeded, false when it was never sent.
+	// A retry that was sent and failed is not refunded. A nil refund means
+	// there is nothing to give back. A refusal pays nothing.
+	Withdraw(ctx context.Context, c Class) (refund func(sent bool), ok bool)
+
+	// Available reports what the budget holds now, in its own unit. Hooks,
+	// logs and metrics read it.
 	Available() int
 }
 
-// A ContextBudget is a RetryBudget whose withdrawals may wait, on a store a
-// fleet shares, say. The Transport calls WithdrawContext in place of
-// Withdraw, with the request's context, so that a slow store cannot hold a
-// request past its deadline or its caller's cancellation.
-type ContextBudget interface {
-	RetryBudget
-	// WithdrawContext is Withdraw for a request whose context may end
-	// first: when ctx ends before the budget decides, it refuses and holds
-	// nothing. The Transport ends the request if ctx ended, whatever was
-	// returned, and gives back any Tokens paid.
-	WithdrawContext(ctx context.Context, c Class) (t Tokens, ok bool)
-}
-
-// withdraw asks b for a retry of class c, with ctx if b is a ContextBudget.
-func withdraw(ctx context.Context, b RetryBudget, c Class) (Tokens, bool) {
-	if cb, ok := b.(ContextBudget); ok {
-		return cb.WithdrawContext(ctx, c)
-	}
-	return b.Withdraw(c)
-}
-
-// Tokens are what a RetryBudget paid for one retry. The
-// Transport holds them from the decision to retry until the retry's fate is
-// known, then settles them exactly once: it gives them back to their Payer
-// when the retry was never sent (its wait was canceled, its body could not
-// be had again, a hook panicked, no send permit came) or when it succeeded
-// and otherwise keeps them spent. The refund goes to
-// whoever paid, not to whoever pays now: a budget that switches between
-// sources (a fleet budget and its local fallback) names the source in Payer.
-type Tokens struct {
-	// Cost is what was taken, in the payer's unit.
-	Cost int64
-	// Payer takes the tokens back on a refund. Nil means there is nothing
-	// to give back.
-	Payer Payer
-	// Mark is the payer's own note about the payment, such as the time
-	// slot that counted it; the Transport carries it unread.
-	Mark uint64
-}
-
-// A Payer takes back Tokens it paid. Refund is called at most once for each
-// payment: sent is true when the retry was sent and succeeded, false when it
-// was never sent. A retry that was sent and failed is
-// never refunded.
-type Payer interface {
-	Refund(t Tokens, sent bool)
-}
-
-// refund gives the tokens back to their payer, once: it empties t.
-func (t *Tokens) refund(sent bool) {
-	if p := t.Payer; p != nil {
-		paid := *t
-		*t = Tokens{}
-		p.Refund(paid, sent)
-	}
-}
-
-// spend keeps the tokens spent: the retry was sent and did not succeed. It
-// empties t.
-func (t *Tokens) spend() { *t = Tokens{} }
-
-// A Budget is a token bucket that pays for retries, so that a client facing a
-// sick dependency stops retrying instead of multiplying the load on it.
+// NewTokenBucket returns a full token bucket of the given size. It is the
+// Transport's default Budget.
 //
-// Each retry takes RetryCost (14) or, after a throttling failure,
-// ThrottleRetryCost (5) tokens before it is made. A retry that succeeds gives
-// back its own cost only: the tokens of earlier retries of the same request
-// that failed stay spent. A retry that is never sent (its wait canceled, its
-// body not to be had) gives its cost back. A request that succeeds on its
-// first attempt adds SuccessReward (1), never above the capacity. When the
-// bucket holds less than a retry's cost, the Transport returns the last
-// result at once, with no wait. With three attempts the bucket only drains
-// when about 21% of attempts fail transiently (32% under throttling), so
-// healthy traffic never notices it; during a full outage a full bucket of
-// 500 pays for 35 transient retries (500/14), then every request makes one
-// attempt until first-try successes refill it.
+// A retry takes RetryCost tokens, or ThrottleRetryCost after throttling.
+// A retry that succeeds gives back its own cost. A retry that is never
+// sent gives back its cost. A request that succeeds on its first attempt
+// adds one token, never above the size. When the bucket holds less than a
+// retry's cost, the retry is refused and the last result returned at once.
 //
-// A Budget is local to the process: sharing one between Transports makes them
-// share one quota, but it bounds nothing across a fleet. Its methods are safe
-// for concurrent use and lock-free. Make one with NewBudget or
-// UnlimitedBudget; the zero Budget holds no tokens and refuses every retry.
-// It implements RetryBudget and Payer.
-type Budget struct {
-	tokens    atomic.Int64
-	capacity  int64
-	unlimited bool
-}
+// The bucket is local to the process. Transports that share one share one
+// quota. Its methods are safe for concurrent use and take no lock. A
+// negative size is taken as zero: such a bucket refuses every retry.
+func NewTokenBucket(tokens int) Budget { return newTokenBucket(tokens) }
 
-// NewBudget returns a full bucket of the given number of tokens. A negative
-// number is taken as zero: such a budget refuses every retry.
-func NewBudget(tokens int) *Budget {
-	b := &Budget{capacity: int64(max(tokens, 0))}
+func newTokenBucket(tokens int) *tokenBucket {
+	b := &tokenBucket{capacity: int64(max(tokens, 0))}
 	b.tokens.Store(b.capacity)
+	b.refundRetry = func(bool) { b.give(RetryCost) }
+	b.refundThrottle = func(bool) { b.give(ThrottleRetryCost) }
 	return b
 }
 
-// UnlimitedBudget returns a Budget that never refuses a retry. It exists for
-// simulations and for layered setups that bound retries some other way; a
-// production client should keep a finite budget.
-func UnlimitedBudget() *Budget {
-	return &Budget{capacity: math.MaxInt64, unlimited: true}
+// tokenBucket is NewTokenBucket's Budget.
+type tokenBucket struct {
+	tokens   atomic.Int64
+	capacity int64
+	// The refunds of the two costs, made once so that a retry allocates
+	// none.
+	refundRetry, refundThrottle func(bool)
 }
 
-// Available reports the tokens in the bucket now. An unlimited budget
-// reports math.MaxInt.
-func (b *Budget) Available() int {
-	if b.unlimited {
-		return math.MaxInt
-	}
-	return int(b.tokens.Load())
-}
+func (b *tokenBucket) Available() int { return int(b.tokens.Load()) }
 
-// Capacity reports the most tokens the bucket holds.
-func (b *Budget) Capacity() int {
-	if b.unlimited {
-		return math.MaxInt
-	}
-	return int(b.capacity)
-}
-
-// Deposit adds SuccessReward when the request's first attempt succeeded.
-func (b *Budget) Deposit(success bool) {
+func (b *tokenBucket) Deposit(success bool) {
 	if success {
-		b.give(SuccessReward) // only reads when the bucket is full
+		b.give(successReward) // only reads when the bucket is full
 	}
 }
 
-// Withdraw takes c.Cost() tokens, if the bucket holds them.
-func (b *Budget) Withdraw(c Class) (Tokens, bool) {
-	cost := c.Cost()
-	if !b.take(cost) {
-		return Tokens{}, false
+func (b *tokenBucket) Withdraw(_ context.Context, c Class) (func(bool), bool) {
+	if !b.take(c.cost()) {
+		return nil, false
 	}
-	return Tokens{Cost: cost, Payer: b}, true
+	if c == Throttling {
+		return b.refundThrottle, true
+	}
+	return b.refundRetry, true
 }
 
-// Refund gives the tokens back, whether the retry succeeded or was never
-// sent.
-func (b *Budget) Refund(t Tokens, sent bool) { b.give(t.Cost) }
-
-// take removes cost tokens if the bucket holds that many and reports whether
-// it did.
-func (b *Budget) take(cost int64) bool {
-	if b.unlimited {
-		return true
-	}
+// take removes cost tokens if the bucket holds that many and reports
+// whether it did.
+func (b *tokenBucket) take(cost int64) bool {
 	for {
 		cur := b.tokens.Load()
 		if cur < cost {
@@ -203,13 +112,10 @@ func (b *Budget) take(cost int64) bool {
 	}
 }
 
-// give adds n tokens, never above capacity. A full bucket is only read, never
-// written, so the success path of a healthy client does not bounce the
-// bucket's cache line between cores.
-func (b *Budget) give(n int64) {
-	if b.unlimited {
-		return
-	}
+// give adds n tokens, never above capacity. A full bucket is only read,
+// never written, so that a healthy client's success path does not bounce
+// the bucket's cache line between cores.
+func (b *tokenBucket) give(n int64) {
 	for {
 		cur := b.tokens.Load()
 		if cur >= b.capacity {
@@ -223,11 +129,9 @@ func (b *Budget) give(n int64) {
 	}
 }
 
-// Cost is what the token bucket charges for a retry after a failure of class
-// c: RetryCost, or ThrottleRetryCost after throttling. Budgets of other
-// kinds that keep tokens, such as the redisbudget module's, charge the
-// same.
-func (c Class) Cost() int64 {
+// cost is what a token bucket charges for a retry after a failure of class
+// c.
+func (c Class) cost() int64 {
 	if c == Throttling {
 		return ThrottleRetryCost
 	}

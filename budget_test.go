@@ -10,7 +10,7 @@ import (
 )
 
 func TestBudgetTakeAndGive(t *testing.T) {
-	b := NewBudget(30)
+	b := newTokenBucket(30)
 	steps := []struct {
 		op   string
 		n    int64
@@ -39,21 +39,12 @@ func TestBudgetTakeAndGive(t *testing.T) {
 }
 
 func TestBudgetEdges(t *testing.T) {
-	if got := NewBudget(-3).Capacity(); got != 0 {
-		t.Errorf("NewBudget(-3): got capacity %d; want 0", got)
+	if got := newTokenBucket(-3).size(); got != 0 {
+		t.Errorf("newTokenBucket(-3): got capacity %d; want 0", got)
 	}
-	var zero Budget
+	var zero tokenBucket
 	if zero.take(1) {
-		t.Error("the zero Budget paid for a retry; want refusal")
-	}
-	u := UnlimitedBudget()
-	for range 1000 {
-		if !u.take(RetryCost) {
-			t.Fatal("UnlimitedBudget refused a retry")
-		}
-	}
-	if u.Available() != math.MaxInt {
-		t.Errorf("UnlimitedBudget: got %d available; want math.MaxInt", u.Available())
+		t.Error("the zero bucket paid for a retry; want refusal")
 	}
 }
 
@@ -61,23 +52,23 @@ func TestBudgetNearMaxIntNeverOverflows(t *testing.T) {
 	// A capacity near math.MaxInt64 ("practically unlimited"): a refund
 	// landing after a deposit topped the bucket up must not wrap it
 	// negative, which would refuse every retry after.
-	b := NewBudget(math.MaxInt)
-	paid, ok := b.Withdraw(Transient)
+	b := newTokenBucket(math.MaxInt)
+	paid, ok := b.Withdraw(ctxBG, Transient)
 	if !ok {
 		t.Fatal("a full bucket refused a retry")
 	}
 	b.Deposit(true)
-	paid.Payer.Refund(paid, true)
-	if got := b.Available(); got != b.Capacity() {
-		t.Errorf("got %d tokens; want the capacity, %d", got, b.Capacity())
+	paid(true)
+	if got := b.Available(); got != b.size() {
+		t.Errorf("got %d tokens; want the capacity, %d", got, b.size())
 	}
-	if _, ok := b.Withdraw(Transient); !ok {
+	if _, ok := b.Withdraw(ctxBG, Transient); !ok {
 		t.Errorf("got a refusal with %d tokens; want a retry paid", b.Available())
 	}
 }
 
 func TestBudgetConcurrent(t *testing.T) {
-	b := NewBudget(500)
+	b := newTokenBucket(500)
 	var wg sync.WaitGroup
 	var paid atomic.Int64
 
@@ -99,7 +90,7 @@ func TestBudgetConcurrent(t *testing.T) {
 
 	// 1,000 concurrent rewards fill it exactly to capacity, not beyond.
 	for range 1000 {
-		wg.Go(func() { b.give(SuccessReward) })
+		wg.Go(func() { b.give(successReward) })
 	}
 	wg.Wait()
 	if got := b.Available(); got != 500 {
@@ -111,7 +102,7 @@ func TestBudgetConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range 2000 {
 				if (g+i)%3 == 0 {
-					b.give(SuccessReward)
+					b.give(successReward)
 				} else if b.take(RetryCost) && i%2 == 0 {
 					b.give(RetryCost) // a refunded retry
 				}
@@ -160,11 +151,11 @@ func TestSustainedOutage(t *testing.T) {
 		if ratio := float64(outage) / requests; ratio >= 1.05 {
 			t.Errorf("outage: got %.4f attempts per request; want under 1.05", ratio)
 		}
-		t.Logf("outage: %d requests, %d attempts (%.4f per request), %d tokens left", requests, outage, float64(outage)/requests, tr.BudgetInUse().Available())
+		t.Logf("outage: %d requests, %d attempts (%.4f per request), %d tokens left", requests, outage, float64(outage)/requests, tr.budgetInUse().Available())
 
 		healthy.Store(true)
 		healed := run(500) // 10 tokens + 490 rewards = the full 500
-		if got := tr.BudgetInUse().Available(); got != 500 || healed != 500 {
+		if got := tr.budgetInUse().Available(); got != 500 || healed != 500 {
 			t.Errorf("healing: got %d attempts and %d tokens; want 500 and 500", healed, got)
 		}
 		healthy.Store(false)

@@ -36,7 +36,7 @@ type call struct {
 	hedged    bool      // its attempts are hedged
 	strayOK   bool      // a context.Canceled may be a stray one: the last attempt's was not
 	observing bool      // a hook, a Logger or a Report reads the attempts
-	began     time.Time // when RoundTrip was called, for OnEnd
+	began     time.Time // when RoundTrip was called, for OnEnd and the Report
 
 	out       *http.Request // what the next attempt sends
 	n         int           // attempts made, hedged copies included
@@ -48,11 +48,11 @@ type call struct {
 	// Held until handed on; cleanup releases what is left. Once the
 	// response has gone to the caller (done), nothing is.
 	done   bool
-	unsent bool   // out's body, not yet handed to the base
-	sent   bool   // the retry paid for went to the base
-	paid   Tokens // the planned or running retry's
-	permit permit // the next attempt's
-	race   *race  // a hedged attempt's copies
+	unsent bool       // out's body, not yet handed to the base
+	sent   bool       // the retry paid for went to the base
+	paid   func(bool) // the planned or running retry's refund
+	permit permit     // the next attempt's
+	race   *race      // a hedged attempt's copies
 }
 
 // An outcome is what one attempt came back with.
@@ -74,23 +74,52 @@ type outcome struct {
 type verdict struct {
 	delay    time.Duration
 	decision Decision
-	src      DelaySource
+	server   bool // the response asked for delay
+}
+
+// refund gives the planned retry back to the budget that paid for it, once.
+func (c *call) refund(sent bool) {
+	if f := c.paid; f != nil {
+		c.paid = nil
+		f(sent)
+	}
 }
 
 // start sets the call up for its request, or returns the error that ends it
 // before any attempt (a context already done).
 func (c *call) start(t *Transport, req *http.Request) error {
 	c.t, c.req, c.out, c.unsent = t, req, req, true
-	if t.OnEnd != nil {
-		c.began = time.Now()
-	}
 	c.ctx = req.Context()
 	rv := requestFrom(c.ctx)
 	c.report, c.ov = rv.report, rv.override
+	if t.OnEnd != nil || c.report != nil {
+		c.began = time.Now()
+	}
 	if err := c.ctx.Err(); err != nil {
-		c.report.finish(StopCanceled)
 		return c.fail(StopCanceled, err, true)
 	}
+	c.setup()
+	return nil
+}
+
+// resume sets the call up for a request whose first attempt RoundTrip's
+// plain path already made (Transport.plain): the base has its body, the
+// first outcome is resp and err, and the call goes on from its decision.
+func (c *call) resume(t *Transport, req *http.Request, resp *http.Response, err error) {
+	c.t, c.req, c.out = t, req, req
+	c.ctx = req.Context()
+	c.setup()
+	o := &c.o
+	o.sent, o.number, o.resp, o.err = req, 1, resp, err
+	c.strayOK = true // as send finds it before a first attempt
+	o.class = c.classify(resp, err)
+	c.n = 1
+	c.budget().Deposit(o.class == Success)
+}
+
+// setup is start's work once the request's context is known to be alive.
+func (c *call) setup() {
+	t, req := c.t, c.req
 	p := &t.Policy
 	c.max = p.maxAttempts()
 	timeout := p.Timeout
@@ -112,14 +141,14 @@ func (c *call) start(t *Transport, req *http.Request) error {
 		name := p.idempotencyHeader()
 		if _, ok := headerKey(req.Header, name); ok {
 			c.safe = true
-		} else if !p.NoIdempotencyKeys {
+		} else {
 			if out := t.withNewKey(req, c.out, name); out != nil {
 				c.out = out
 				c.safe = true
 			}
 		}
 	}
-	if c.max > 1 && p.hedgeable(req) && (c.ov == nil || !c.ov.NoHedging) {
+	if c.max > 1 && p.hedgeable(req) {
 		c.hedged = true
 		if c.dest != nil {
 			c.hs = c.dest.hedges.get()
@@ -128,11 +157,10 @@ func (c *call) start(t *Transport, req *http.Request) error {
 		}
 		c.hs.quota.deposit(p.hedgeRatio()) // each request that may be hedged adds its share
 	}
-	return nil
 }
 
 // budget is what pays for the request's retries and hedges.
-func (c *call) budget() RetryBudget {
+func (c *call) budget() Budget {
 	if c.dest != nil {
 		return c.dest.budget
 	}
@@ -176,7 +204,7 @@ func (c *call) send() {
 		o.sent = withAttemptHeader(c.out, o.number)
 	}
 	c.unsent = false // the base closes the body from here on
-	c.sent = c.paid.Payer != nil
+	c.sent = c.paid != nil
 	if c.hedged {
 		c.sendHedgeable()
 	} else {
@@ -282,7 +310,7 @@ func (c *call) sendTimed() {
 // succeeded, spent if not), then chooses what follows the outcome: a
 // retryable one is weighed for a retry, anything else is done.
 func (c *call) decide() {
-	if c.paid.Payer == nil && c.o.err == nil && !c.o.class.retryable() {
+	if c.paid == nil && c.o.err == nil && !c.o.class.retryable() {
 		c.v = verdict{} // done: a first attempt's answer
 		return
 	}
@@ -293,11 +321,11 @@ func (c *call) decide() {
 // settle, an error, a retryable answer.
 func (c *call) weighOutcome() {
 	o := &c.o
-	if c.paid.Payer != nil {
+	if c.paid != nil {
 		if o.class == Success {
-			c.paid.refund(true) // the retry that succeeded pays nothing
+			c.refund(true) // the retry that succeeded pays nothing
 		} else {
-			c.paid.spend()
+			c.paid = nil // sent and failed: spent
 		}
 	}
 	c.sent = false
@@ -363,23 +391,23 @@ func (c *call) weigh() verdict {
 	v := verdict{decision: Retry}
 	rnd := p.rand()
 	if sd, ok := serverDelay(p, o.resp, now); ok {
-		v.src = FromServer
+		v.server = true
 		v.delay = sd + uniform(rnd, p.serverSpread(sd))
 		if sd > p.maxServerDelay() || v.delay < sd { // v.delay < sd: overflow
-			return verdict{decision: StopServerDelay, delay: sd, src: v.src}
+			return verdict{decision: StopServerDelay, delay: sd, server: true}
 		}
 	} else {
-		v.delay = p.Jitter.Delay(c.n-1, p.baseDelay(o.class), p.maxDelay(), c.prevDelay, rnd)
+		v.delay = p.Jitter.delay(c.n-1, p.baseDelay(o.class), p.maxDelay(), c.prevDelay, rnd)
 	}
 	if hasDeadline && !now.Add(v.delay).Before(deadline) {
 		v.decision = StopDeadline
 		return v
 	}
-	paid, ok := withdraw(c.ctx, c.budget(), o.class)
+	paid, ok := c.budget().Withdraw(c.ctx, o.class)
 	switch {
 	case c.ctx.Err() != nil: // the context ended while the budget decided
-		if ok {
-			paid.refund(false)
+		if ok && paid != nil {
+			paid(false)
 		}
 		return verdict{decision: StopCanceled}
 	case !ok:
@@ -388,13 +416,13 @@ func (c *call) weigh() verdict {
 	}
 	c.paid = paid
 	if lim := c.lim; lim != nil && !lim.admits(c.ctx, v.delay) {
-		c.paid.refund(false)
+		c.refund(false)
 		v.decision = StopRateLimited
 		return v
 	}
 	next := nextRequest(c.req, c.out)
 	if next == nil {
-		c.paid.refund(false)
+		c.refund(false)
 		return verdict{decision: StopNotReplayable}
 	}
 	if next != c.out {
@@ -419,10 +447,10 @@ func (c *call) record() {
 	}
 	c.t.observe(c.ctx, c.report, b, Attempt{
 		Request: o.sent, url: u, Number: o.number, Err: o.err, Class: o.class, Retrying: o.retrying,
-		Decision: c.v.decision, Delay: c.v.delay, DelaySource: c.v.src,
-		Tokens: b.Available(), Duration: time.Since(o.start),
+		Decision: c.v.decision, Delay: c.v.delay, ServerDelay: c.v.server,
+		tokens: b.Available(), Duration: time.Since(o.start),
 		Hedges: int(o.hedges.sent), HedgeWon: o.hedges.won, HedgesRefused: int(o.hedges.refused),
-		PermitWait: o.permitWait, RateLimit: c.lim.rate(),
+		PermitWait: o.permitWait, rateLimit: c.lim.rate(),
 	}, o.resp)
 }
 
@@ -431,7 +459,6 @@ func (c *call) record() {
 // returned as an *Error.
 func (c *call) finish() (*http.Response, error) {
 	d := c.v.decision
-	c.report.finish(d)
 	if d != Done {
 		markLayer(c.ctx, d, c.max)
 	}
@@ -439,7 +466,9 @@ func (c *call) finish() (*http.Response, error) {
 	if resp == nil {
 		return nil, c.fail(d, c.o.err, false)
 	}
-	c.end(resp, nil, d, false) // before the response is handed on: a panicking hook leaves it to cleanup
+	if c.t.OnEnd != nil || c.report != nil { // before the response is handed on: a panicking hook leaves it to cleanup
+		c.end(Report{Attempts: c.n, Decision: d, Duration: time.Since(c.began)})
+	}
 	release, cancel := c.o.release, c.cancel
 	c.done = true // with the response goes everything the call held
 	if release != nil || cancel != nil {
@@ -473,7 +502,6 @@ func (c *call) wait() error {
 	if err := sleep(c.ctx, d); err != nil {
 		return err
 	}
-	c.report.waited(delay)
 	c.prevDelay = delay
 	return nil
 }
@@ -492,7 +520,6 @@ func (c *call) stopBefore(why error) error {
 				slog.String("url", redactURL(c.req.URL)), slog.Int("attempt", c.n+1), slog.Float64("rate_limit", c.lim.rate()))
 		}
 	}
-	c.report.finish(d)
 	cause := why
 	if c.o.err != nil {
 		cause = fmt.Errorf("%w; last attempt: %w", why, c.o.err)
@@ -505,21 +532,20 @@ func (c *call) stopBefore(why error) error {
 // error's text whatever the caller does with its request next. OnEnd sees
 // it first.
 func (c *call) fail(d Decision, cause error, abandoned bool) *Error {
-	e := &Error{Attempts: c.n, Decision: d, Err: cause, url: urlCopy(c.req.URL)}
-	c.end(nil, e, d, abandoned)
+	e := &Error{Report: Report{Attempts: c.n, Decision: d, Abandoned: abandoned, Err: cause}, url: urlCopy(c.req.URL)}
+	if c.t.OnEnd != nil || c.report != nil {
+		e.Duration = time.Since(c.began)
+		c.end(e.Report)
+	}
 	return e
 }
 
-// end passes the request's end to the OnEnd hook, if there is one.
-func (c *call) end(resp *http.Response, err error, d Decision, abandoned bool) {
-	if c.t.OnEnd == nil {
-		return
+// end passes the request's end to the OnEnd hook and the attached Report.
+func (c *call) end(r Report) {
+	c.report.end(r)
+	if c.t.OnEnd != nil {
+		c.t.OnEnd(c.req, r)
 	}
-	e := RequestEnd{Request: c.req, Attempts: c.n, Decision: d, Abandoned: abandoned, Err: err, Duration: time.Since(c.began)}
-	if resp != nil {
-		e.Status = resp.StatusCode
-	}
-	c.t.OnEnd(e)
 }
 
 // cleanup releases whatever the call still holds. It runs on every way out
@@ -553,10 +579,10 @@ func (c *call) release() {
 		closeBody(c.out.Body)
 	}
 	switch {
-	case c.paid.Payer != nil && c.sent:
-		c.paid.spend() // sent, and not known to have succeeded: it was load
-	case c.paid.Payer != nil:
-		c.paid.refund(false)
+	case c.paid != nil && c.sent:
+		c.paid = nil // sent, and not known to have succeeded: it was load
+	case c.paid != nil:
+		c.refund(false)
 	}
 	if c.permit.l != nil {
 		c.permit.cancel()

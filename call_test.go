@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -61,7 +62,7 @@ func TestAllocations(t *testing.T) {
 	get, _ := http.NewRequest("GET", "http://example.test/", nil)
 	post, _ := http.NewRequest("POST", "http://example.test/", strings.NewReader("payload"))
 	keyed, _ := http.NewRequest("POST", "http://example.test/", strings.NewReader("payload"))
-	keyed.Header.Set(DefaultIdempotencyHeader, "k1")
+	keyed.Header.Set(defaultIdempotencyHeader, "k1")
 	tests := []struct {
 		name string
 		tr   *Transport
@@ -70,8 +71,8 @@ func TestAllocations(t *testing.T) {
 	}{
 		{"GET", &Transport{Base: ok}, get, 0},
 		{"GET, idle RateLimiter", &Transport{Base: ok, Limiter: &RateLimiter{}}, get, 0},
-		{"GET, RatioBudget", &Transport{Base: ok, Budget: &RatioBudget{}}, get, 0},
-		{"GET, OnEnd", &Transport{Base: ok, OnEnd: func(RequestEnd) {}}, get, 0},
+		{"GET, RatioBudget", &Transport{Base: ok, Budget: &ratioBudget{}}, get, 0},
+		{"GET, OnEnd", &Transport{Base: ok, OnEnd: func(*http.Request, Report) {}}, get, 0},
 		// A copy's context, its cancel with errCopyCanceled as the cause, its
 		// deep copy of the request, its goroutine and the race: hedging
 		// costs allocations when it is on.
@@ -161,7 +162,7 @@ func TestPanickingHooksCleanUp(t *testing.T) {
 			}}
 		}},
 		{"OnEnd", func() *Transport {
-			return &Transport{OnEnd: func(RequestEnd) { panic("hook") }}
+			return &Transport{OnEnd: func(*http.Request, Report) { panic("hook") }}
 		}},
 	}
 	for _, tc := range tests {
@@ -194,7 +195,7 @@ func TestPanickingHooksCleanUp(t *testing.T) {
 				if err := ctxs[0].Err(); err == nil {
 					t.Error("the Timeout's context is still running; want it released")
 				}
-				if got := tr.BudgetInUse().Available(); got != DefaultBudgetTokens {
+				if got := tr.budgetInUse().Available(); got != DefaultBudgetTokens {
 					t.Errorf("got %d tokens; want %d (no retry was made)", got, DefaultBudgetTokens)
 				}
 				if got := replays.Load(); tc.name != "Classify" && got != 1 {
@@ -219,7 +220,7 @@ func TestCanceledWaitReturnsItsTokens(t *testing.T) {
 			}
 			cancel()
 		}
-		if got := tr.BudgetInUse().Available(); got != DefaultBudgetTokens {
+		if got := tr.budgetInUse().Available(); got != DefaultBudgetTokens {
 			t.Errorf("got %d tokens after 10 canceled waits; want %d", got, DefaultBudgetTokens)
 		}
 	})
@@ -243,7 +244,7 @@ func TestRefusedWithdrawPaysNothing(t *testing.T) {
 	})
 }
 
-// Every payment a RetryBudget issues is settled at
+// Every payment a Budget issues is settled at
 // most once, only Tokens it issued are refunded, and each ends as the
 // Tokens doc says: refunded (sent=false) when the retry is never sent,
 // refunded (sent=true) when it succeeded or the hedge won, kept otherwise.
@@ -406,7 +407,7 @@ func checkContract(t *testing.T, steps []rht.Step, p Policy, method string, limi
 	}
 	req.Header.Set("X-Mine", "v")
 	if strings.HasSuffix(method, "+key") {
-		req.Header.Set(DefaultIdempotencyHeader, "caller-key")
+		req.Header.Set(defaultIdempotencyHeader, "caller-key")
 	}
 	hdr := req.Header.Clone()
 	body, u, rctx := req.Body, req.URL.String(), req.Context()
@@ -548,5 +549,65 @@ func TestPanicsInEveryHookLeaveNothingHeld(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestPlainPathAgreesWithTheLoop sends the same seeded random scripts
+// through a Transport with nothing to set up, whose first attempt takes
+// RoundTrip's plain path, and through one with an OnAttempt hook, which
+// takes the loop from the start. Each request must end the same: the same
+// status or error text, the same attempts at the base, the same tokens.
+func TestPlainPathAgreesWithTheLoop(t *testing.T) {
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for seed := range uint64(300) {
+		rng := rand.New(rand.NewPCG(seed, 3))
+		steps := make([]rht.Step, 1+rng.IntN(5))
+		for i := range steps {
+			switch rng.IntN(9) {
+			case 0:
+				steps[i] = rht.Step{Err: errReset}
+			case 1:
+				steps[i] = rht.Step{Err: context.Canceled}
+			case 2:
+				steps[i] = rht.RetryAfter(503, "1")
+			case 3:
+				steps[i] = rht.RetryAfter(429, "2")
+			default:
+				steps[i] = rht.Status([]int{200, 200, 404, 500, 502, 503}[rng.IntN(6)])
+			}
+		}
+		p := Policy{MaxAttempts: 1 + rng.IntN(4), Rand: lowRand}
+		tokens := []int{0, RetryCost, DefaultBudgetTokens}[rng.IntN(3)]
+		method := []string{"GET", "PUT", "DELETE", "POST"}[rng.IntN(4)]
+		ctx := context.Background()
+		if rng.IntN(10) == 0 {
+			ctx = canceled
+		}
+		type end struct {
+			status   int
+			err      string
+			attempts int
+			tokens   int
+		}
+		run := func(hooked bool) end {
+			var e end
+			synctest.Test(t, func(t *testing.T) {
+				base := rht.NewTransport(steps...)
+				tr := &Transport{Base: base, Policy: p, Budget: newTokenBucket(tokens)}
+				if hooked {
+					tr.OnAttempt = func(Attempt) {}
+				}
+				e.status, _, _ = roundTrip(t, tr, newReq(t, method, "").WithContext(ctx))
+				if _, err := tr.RoundTrip(newReq(t, method, "").WithContext(ctx)); err != nil {
+					e.err = err.Error()
+				}
+				e.attempts, e.tokens = len(base.Attempts()), tr.budgetInUse().Available()
+			})
+			return e
+		}
+		if plain, loop := run(false), run(true); plain != loop {
+			t.Errorf("seed %d (%s, %+v, %d tokens, steps %v): plain path %+v; loop %+v", seed, method, p, tokens, steps, plain, loop)
+		}
 	}
 }

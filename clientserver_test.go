@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -365,7 +366,7 @@ func TestCommittedWriteWithLostResponse(t *testing.T) {
 		wantAttempt int
 	}{
 		{"retried with the same key: one effect", fast, 200, false, 2},
-		{"keys off: not retried", Policy{NoIdempotencyKeys: true}, 0, true, 1},
+		{"keys off: not retried", Policy{NewIdempotencyKey: noKey}, 0, true, 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -434,7 +435,7 @@ func TestRealNetworkFailures(t *testing.T) {
 	t.Run("connection refused: a POST with keys off is retried", func(t *testing.T) {
 		url := closedURL(t)
 		n := 0
-		tr := &Transport{Policy: Policy{NoIdempotencyKeys: true, BaseDelay: time.Millisecond}, OnAttempt: func(Attempt) { n++ }}
+		tr := &Transport{Policy: Policy{NewIdempotencyKey: noKey, BaseDelay: time.Millisecond}, OnAttempt: func(Attempt) { n++ }}
 		roundTrip(t, tr, mustReq(t, "POST", url))
 		if n != 3 {
 			t.Errorf("got %d attempts; want 3 (a refused connection proves nothing was sent)", n)
@@ -465,7 +466,7 @@ func TestSharedTransportUnderLoad(t *testing.T) {
 			w.WriteHeader(503)
 			return
 		}
-		io.WriteString(w, r.Header.Get(DefaultIdempotencyHeader))
+		io.WriteString(w, r.Header.Get(defaultIdempotencyHeader))
 	}))
 	defer srv.Close()
 
@@ -473,14 +474,14 @@ func TestSharedTransportUnderLoad(t *testing.T) {
 	// it (at most +1,000) nor empty it (at most -28,000), so every refill
 	// and every cost counts whole, and the final count follows exactly from
 	// the attempt log. (Draining is TestSustainedOutage's subject.)
-	budget := NewBudget(100_000)
+	budget := newTokenBucket(100_000)
 	budget.take(50_000)
 	var mu sync.Mutex
 	var log []Attempt
 	tr := &Transport{Budget: budget, Policy: Policy{BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond},
 		OnAttempt: func(a Attempt) {
-			if a.Tokens < 0 || a.Tokens > budget.Capacity() {
-				t.Errorf("got %d tokens; want within [0, %d]", a.Tokens, budget.Capacity())
+			if a.tokens < 0 || a.tokens > budget.size() {
+				t.Errorf("got %d tokens; want within [0, %d]", a.tokens, budget.size())
 			}
 			mu.Lock()
 			log = append(log, a)
@@ -556,9 +557,9 @@ func TestSharedTransportUnderLoad(t *testing.T) {
 // prevCost finds the cost of the retry that led to success a: the Retry
 // decision of the attempt before it with the same idempotency key.
 func prevCost(log []Attempt, a Attempt) int {
-	key := a.Request.Header.Get(DefaultIdempotencyHeader)
+	key := a.Request.Header.Get(defaultIdempotencyHeader)
 	for _, p := range log {
-		if p.Number == a.Number-1 && p.Decision == Retry && p.Request.Header.Get(DefaultIdempotencyHeader) == key {
+		if p.Number == a.Number-1 && p.Decision == Retry && p.Request.Header.Get(defaultIdempotencyHeader) == key {
 			if p.Class == Throttling {
 				return ThrottleRetryCost
 			}
@@ -574,7 +575,7 @@ func TestConnectionsReusedAcrossRetries(t *testing.T) {
 		steps = append(steps, rht.Status(503), rht.Status(200))
 	}
 	srv := rht.NewServer(t, steps...)
-	tr := &Transport{Policy: fast, Budget: UnlimitedBudget()}
+	tr := &Transport{Policy: fast, Budget: newTokenBucket(math.MaxInt)}
 	for range 250 {
 		code, _, err := roundTrip(t, tr, mustReq(t, "GET", srv.URL))
 		if err != nil || code != 200 {
@@ -644,7 +645,7 @@ func TestSharedTransportNestedHedging(t *testing.T) {
 							io.Copy(io.Discard, resp.Body)
 							resp.Body.Close()
 						}
-						if len(rep.Attempts) == 0 && err == nil {
+						if len(rep.History) == 0 && err == nil {
 							t.Errorf("a response with an empty Report")
 						}
 					}
@@ -817,7 +818,7 @@ func TestConcurrentEverythingThroughAClient(t *testing.T) {
 				resp, err := client.Do(req)
 				if err != nil {
 					t.Error(err)
-					for _, a := range rep.Attempts {
+					for _, a := range rep.History {
 						t.Logf("  %v err=%v hedges=%d won=%v", a, a.Err, a.Hedges, a.HedgeWon)
 					}
 					continue

@@ -50,11 +50,14 @@ func ExampleTransport_onAttempt() {
 	srv, _ := flaky(2)
 	defer srv.Close()
 
+	budget := retryhttp.NewTokenBucket(retryhttp.DefaultBudgetTokens)
+	ceiling := func(n int64) int64 { return n - 1 } // each wait at the top of its window
 	tr := &retryhttp.Transport{
-		Policy: retryhttp.Policy{Jitter: retryhttp.NoJitter, BaseDelay: 10 * time.Millisecond},
+		Budget: budget,
+		Policy: retryhttp.Policy{Rand: ceiling, BaseDelay: 10 * time.Millisecond},
 		OnAttempt: func(a retryhttp.Attempt) {
 			fmt.Printf("attempt %d: %d %v -> %v %v (tokens %d)\n",
-				a.Number, a.Status, a.Class, a.Decision, a.Delay, a.Tokens)
+				a.Number, a.Status, a.Class, a.Decision, a.Delay, budget.Available())
 		},
 	}
 	resp, err := (&http.Client{Transport: tr}).Get(srv.URL)
@@ -84,8 +87,8 @@ func ExampleTransport_onEnd() {
 			fmt.Printf("attempt %d: %d -> %v\n", a.Number, a.Status, a.Decision)
 			cancel() // the caller gives up
 		},
-		OnEnd: func(e retryhttp.RequestEnd) {
-			fmt.Printf("end: %v after %d attempt(s), abandoned %v\n", e.Decision, e.Attempts, e.Abandoned)
+		OnEnd: func(_ *http.Request, r retryhttp.Report) {
+			fmt.Printf("end: %v after %d attempt(s), abandoned %v\n", r.Decision, r.Attempts, r.Abandoned)
 		},
 	}
 	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
@@ -103,7 +106,7 @@ func ExampleBudget_shared() {
 	srv, _ := flaky(1 << 30) // down for good
 	defer srv.Close()
 
-	budget := retryhttp.NewBudget(30)
+	budget := retryhttp.NewTokenBucket(30)
 	fast := retryhttp.Policy{BaseDelay: time.Millisecond}
 	a := &http.Client{Transport: &retryhttp.Transport{Budget: budget, Policy: fast}}
 	b := &http.Client{Transport: &retryhttp.Transport{Budget: budget, Policy: fast}}
@@ -144,33 +147,6 @@ func ExamplePolicy_classify() {
 	// 503 transient
 }
 
-func ExampleParseRetryAfter() {
-	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	for _, h := range []http.Header{
-		{"Retry-After": {"120"}},
-		{"Retry-After": {"Sun, 29 Nov 2026 12:00:30 GMT"}},
-		{"X-Amz-Retry-After": {"1500"}, "Retry-After": {"2"}},
-		{"Retry-After": {"-5"}},
-	} {
-		fmt.Println(retryhttp.ParseRetryAfter(h, now))
-	}
-	// Output:
-	// 2m0s true
-	// 30s true
-	// 1.5s true
-	// 0s false
-}
-
-// Delay is the schedule the Transport uses; simulations call it directly.
-func ExampleJitter_Delay() {
-	ceiling := func(n int64) int64 { return n - 1 } // always the top of the window
-	for n := range 6 {
-		fmt.Print(retryhttp.FullJitter.Delay(n, time.Second, 30*time.Second, 0, ceiling), " ")
-	}
-	fmt.Println()
-	// Output: 1s 2s 4s 8s 16s 30s
-}
-
 // A Report says what happened to one request, also when a response came
 // back with a nil error: here the budget (one retry's worth of tokens) cut
 // retrying short, and the caller still got the server's 503.
@@ -179,8 +155,8 @@ func ExampleWithReport() {
 	defer srv.Close()
 
 	tr := &retryhttp.Transport{
-		Budget: retryhttp.NewBudget(retryhttp.RetryCost),
-		Policy: retryhttp.Policy{Jitter: retryhttp.NoJitter, BaseDelay: 10 * time.Millisecond},
+		Budget: retryhttp.NewTokenBucket(retryhttp.RetryCost),
+		Policy: retryhttp.Policy{BaseDelay: 10 * time.Millisecond},
 	}
 	req, _ := http.NewRequest("GET", srv.URL, nil)
 	var rep retryhttp.Report
@@ -192,15 +168,15 @@ func ExampleWithReport() {
 	}
 	resp.Body.Close()
 	fmt.Println("status", resp.StatusCode, "error", err)
-	for _, a := range rep.Attempts {
+	for _, a := range rep.History {
 		fmt.Printf("attempt %d: %d -> %v\n", a.Number, a.Status, a.Decision)
 	}
-	fmt.Println("stopped:", rep.Decision, "after waiting", rep.Waited)
+	fmt.Println("stopped:", rep.Decision, "after", rep.Attempts, "attempts")
 	// Output:
 	// status 503 error <nil>
 	// attempt 1: 503 -> retry
 	// attempt 2: 503 -> retry budget exhausted
-	// stopped: retry budget exhausted after waiting 10ms
+	// stopped: retry budget exhausted after 2 attempts
 }
 
 // Two services in a chain, each retrying with 3 attempts, each wrapped in
@@ -241,7 +217,7 @@ func ExampleHandler() {
 		return
 	}
 	resp.Body.Close()
-	fmt.Println(resp.StatusCode, resp.Header.Get(retryhttp.ExhaustedHeader), "after", bottomCalls.Load(), "attempts at the bottom")
+	fmt.Println(resp.StatusCode, resp.Header.Get("Retries-Exhausted"), "after", bottomCalls.Load(), "attempts at the bottom")
 	// Output: 503 downstream after 3 attempts at the bottom
 }
 
@@ -296,7 +272,11 @@ func ExamplePerHost() {
 	healthy, _ := flaky(1)
 	defer healthy.Close()
 
-	hosts := &retryhttp.PerHost{}
+	budgets := map[string]retryhttp.Budget{} // by destination, to read them
+	hosts := &retryhttp.PerHost{Budget: func(dest string) retryhttp.Budget {
+		budgets[dest] = retryhttp.NewTokenBucket(retryhttp.DefaultBudgetTokens)
+		return budgets[dest]
+	}}
 	client := &http.Client{Transport: &retryhttp.Transport{
 		PerHost: hosts,
 		Policy:  retryhttp.Policy{BaseDelay: time.Millisecond},
@@ -312,10 +292,9 @@ func ExamplePerHost() {
 		return
 	}
 	resp.Body.Close()
-	deadBudget, _, _ := hosts.Lookup(dead.URL)
 	fmt.Println("healthy host:", resp.StatusCode)
-	fmt.Println("dead host's tokens left:", deadBudget.Available())
-	fmt.Println("destinations:", hosts.Len())
+	fmt.Println("dead host's tokens left:", budgets[dead.URL].Available())
+	fmt.Println("destinations:", len(budgets))
 	// Output:
 	// healthy host: 200
 	// dead host's tokens left: 10
@@ -329,7 +308,7 @@ func ExampleWithOverride() {
 	defer srv.Close()
 	client := &http.Client{Transport: &retryhttp.Transport{}}
 
-	ctx := retryhttp.WithOverride(context.Background(), retryhttp.Override{NoRetries: true})
+	ctx := retryhttp.WithOverride(context.Background(), retryhttp.Override{MaxAttempts: 1})
 	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
 	resp, err := client.Do(req)
 	if err != nil {

@@ -27,14 +27,14 @@ func FuzzParseRetryAfter(f *testing.F) {
 				h[name] = []string{v}
 			}
 		}
-		d, ok := ParseRetryAfter(h, now)
+		d, ok := parseRetryAfter(h, now)
 		if d < 0 {
 			t.Fatalf("got %v for %q; want a non-negative delay", d, h)
 		}
 		if !ok && d != 0 {
 			t.Fatalf("got (%v, false) for %q; want 0 when no delay is asked", d, h)
 		}
-		if d2, ok2 := ParseRetryAfter(h, now); d2 != d || ok2 != ok {
+		if d2, ok2 := parseRetryAfter(h, now); d2 != d || ok2 != ok {
 			t.Fatalf("got (%v, %v) then (%v, %v) for %q; want the same twice", d, ok, d2, ok2, h)
 		}
 	})
@@ -59,14 +59,16 @@ func FuzzTransport(f *testing.F) {
 		}
 		synctest.Test(t, func(t *testing.T) {
 			base := rht.NewTransport(steps...)
-			budget := NewBudget(100)
+			budget := newTokenBucket(100)
 			p := Policy{
-				MaxAttempts:       int(maxAttempts%6) + 1,
-				Jitter:            Jitter(jitter % 4),
-				Timeout:           time.Duration(timeoutMs) * time.Millisecond,
-				NoIdempotencyKeys: noKeys,
-				BaseDelay:         10 * time.Millisecond,
-				MaxDelay:          time.Second,
+				MaxAttempts: int(maxAttempts%6) + 1,
+				Jitter:      Jitter(jitter % 4), // 3: past the last, read as FullJitter
+				Timeout:     time.Duration(timeoutMs) * time.Millisecond,
+				BaseDelay:   10 * time.Millisecond,
+				MaxDelay:    time.Second,
+			}
+			if noKeys {
+				p.NewIdempotencyKey = noKey
 			}
 			tr := &Transport{Base: base, Policy: p, Budget: budget}
 			req, err := http.NewRequest(method, "http://fuzz.test/", nil)

@@ -14,7 +14,7 @@ import (
 // another copy and take whichever answers first ("The Tail at Scale", Dean
 // and Barroso, CACM 2013; gRPC's hedging policy). A hedge is extra load at
 // the moment a server is slowest, so hedges are limited to a share of
-// requests (Policy.HedgeRatio, DefaultHedgeRatio): a dependency slow for
+// requests (Policy.HedgeRatio, defaultHedgeRatio): a dependency slow for
 // everyone gets that share in extra copies and no more. They are not paid
 // from the retry budget: a hedge that loses would spend tokens meant for
 // failures, and a budget short of them refuses hedges at random, the ones
@@ -54,7 +54,7 @@ func (p *Policy) hedgeQuantile() float64 {
 
 func (p *Policy) hedgeRatio() float64 {
 	if !(p.HedgeRatio > 0) || math.IsInf(p.HedgeRatio, 1) { // NaN too
-		return DefaultHedgeRatio
+		return defaultHedgeRatio
 	}
 	return min(p.HedgeRatio, hedgeBurst)
 }

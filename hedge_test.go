@@ -55,7 +55,7 @@ func TestHedging(t *testing.T) {
 			196 * time.Millisecond, "slow", 2, 1, false, 71},
 		{"hedges count against MaxAttempts", []rht.Step{slow(200), slow(200), fast}, "GET", Policy{HedgeRatio: 5, MaxHedges: 5, MaxAttempts: 2},
 			196 * time.Millisecond, "slow", 2, 1, false, 0},
-		{"a keyless POST is never hedged", []rht.Step{slow(200), fast}, "POST", Policy{HedgeRatio: 1, NoIdempotencyKeys: true},
+		{"a keyless POST is never hedged", []rht.Step{slow(200), fast}, "POST", Policy{HedgeRatio: 1, NewIdempotencyKey: noKey},
 			196 * time.Millisecond, "slow", 1, 0, false, 0},
 		// A server that deduplicates keys answers a copy sent while another
 		// is in progress with 409, which would win the race.
@@ -68,7 +68,7 @@ func TestHedging(t *testing.T) {
 				base := rht.NewTransport(tc.steps...)
 				p := tc.policy
 				p.HedgeDelay = 10 * time.Millisecond
-				budget := NewBudget(500)
+				budget := newTokenBucket(500)
 				var hooks []Attempt
 				tr := &Transport{Base: base, Policy: p, Budget: budget, OnAttempt: func(a Attempt) { hooks = append(hooks, a) }}
 				start := time.Now()
@@ -160,8 +160,8 @@ func TestHedgeThenRetry(t *testing.T) {
 			t.Fatalf("got (%d, %v); want 200", code, err)
 		}
 		rht.AssertAttempts(t, base, 3)
-		if len(rep.Attempts) != 2 || rep.Attempts[0].Hedges != 1 || rep.Attempts[1].Number != 3 {
-			t.Errorf("got attempts %v; want a hedged first attempt (copies 1 and 2), then attempt 3", rep.Attempts)
+		if len(rep.History) != 2 || rep.History[0].Hedges != 1 || rep.History[1].Number != 3 {
+			t.Errorf("got attempts %v; want a hedged first attempt (copies 1 and 2), then attempt 3", rep.History)
 		}
 	})
 }
@@ -201,8 +201,8 @@ func TestHedgeCarriesItsOwnAttemptNumber(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, a := range base.Attempts() {
-			if got, want := a.Header.Get(AttemptHeader), strconv.Itoa(i+1); got != want {
-				t.Errorf("copy %d: got %s %q; want %q", i+1, AttemptHeader, got, want)
+			if got, want := a.Header.Get(attemptHeader), strconv.Itoa(i+1); got != want {
+				t.Errorf("copy %d: got %s %q; want %q", i+1, attemptHeader, got, want)
 			}
 		}
 	})
@@ -239,7 +239,7 @@ func TestHedgeCanceledByTheCallerWinsNothing(t *testing.T) {
 			<-r.Context().Done()
 			return nil, r.Context().Err()
 		})
-		budget := NewBudget(500)
+		budget := newTokenBucket(500)
 		var hooks []Attempt
 		tr := &Transport{Base: base, Budget: budget, Policy: Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1},
 			OnAttempt: func(a Attempt) { hooks = append(hooks, a) }}
@@ -275,8 +275,8 @@ func TestReportUnderNestedHedging(t *testing.T) {
 		if _, _, err := roundTrip(t, outer, req); err != nil {
 			t.Fatal(err)
 		}
-		if len(rep.Attempts) != 2 || rep.Decision != Done {
-			t.Fatalf("got %d attempts, %v; want 2 (the winning copy's inner attempt, then the outer one), done", len(rep.Attempts), rep.Decision)
+		if len(rep.History) != 2 || rep.Decision != Done {
+			t.Fatalf("got %d attempts, %v; want 2 (the winning copy's inner attempt, then the outer one), done", len(rep.History), rep.Decision)
 		}
 	}
 }
@@ -454,7 +454,7 @@ func TestReportUnderHedgingOnBothLevels(t *testing.T) {
 			t.Fatalf("got (%d, %v); want 200", code, err)
 		}
 		var got []string
-		for _, a := range rep.Attempts {
+		for _, a := range rep.History {
 			got = append(got, fmt.Sprintf("%d:%d:%v", a.Number, a.Status, a.Decision))
 		}
 		want := []string{"1:503:retry", "2:200:done", "1:200:done"}
@@ -584,8 +584,8 @@ func TestLoneLastAttemptAfterAHedgedOne(t *testing.T) {
 					}
 					t.Errorf("OnAttempt: got %v; want [#1 hedges=1, #3 hedges=0]", s)
 				}
-				if len(rep.Attempts) == 2 && rep.Attempts[1].Hedges != 0 {
-					t.Errorf("Report: the last attempt says %d hedges; want 0", rep.Attempts[1].Hedges)
+				if len(rep.History) == 2 && rep.History[1].Hedges != 0 {
+					t.Errorf("Report: the last attempt says %d hedges; want 0", rep.History[1].Hedges)
 				}
 			})
 		})
@@ -757,7 +757,7 @@ func TestHedgedRetryHonoursACopysRetryAfter(t *testing.T) {
 			rht.Status(503).WithDelay(20*time.Millisecond),          // hedge at 10ms, answered at 30ms
 			rht.Status(200),
 		)
-		budget := NewBudget(500)
+		budget := newTokenBucket(500)
 		var first Attempt
 		tr := &Transport{Base: base, Budget: budget, Policy: Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1, MaxAttempts: 3, Rand: highRand},
 			OnAttempt: func(a Attempt) {
@@ -776,8 +776,8 @@ func TestHedgedRetryHonoursACopysRetryAfter(t *testing.T) {
 		if gap := a[2].Time.Sub(a[0].Time) - 20*time.Millisecond; gap < 2*time.Second {
 			t.Errorf("the retry was sent %v after the 429 asked for Retry-After: 2; want at least 2s", gap)
 		}
-		if first.Class != Throttling || first.DelaySource != FromServer {
-			t.Errorf("got the first attempt weighed as %v, its delay from %v; want Throttling, from the server", first.Class, first.DelaySource)
+		if first.Class != Throttling || !first.ServerDelay {
+			t.Errorf("got the first attempt weighed as %v, server delay %v; want Throttling, true", first.Class, first.ServerDelay)
 		}
 
 	})
@@ -815,7 +815,7 @@ func TestHedgingWithASharedLimiterPerHost(t *testing.T) {
 			rht.Status(200).WithBody("ok").Times(1000),
 		)
 		tr := &Transport{Base: base, Budget: led,
-			PerHost: &PerHost{Limiter: func(string) *RateLimiter { return lim }, Budget: func(string) RetryBudget { return led }},
+			PerHost: &PerHost{Limiter: func(string) *RateLimiter { return lim }, Budget: func(string) Budget { return led }},
 			Policy:  Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1, MaxHedges: 2, MaxAttempts: 4, Timeout: 3 * time.Second}}
 		var wg sync.WaitGroup
 		for i := range 60 {
@@ -1011,13 +1011,13 @@ func TestHedgedOutcomeOrders(t *testing.T) {
 					answered = mustAtoi(strings.TrimPrefix(tc.body, "copy")) + 1
 				}
 				var inners, want []string
-				for _, a := range rep.Attempts[:len(rep.Attempts)-1] {
-					inners = append(inners, a.Request.Header.Get(AttemptHeader))
+				for _, a := range rep.History[:len(rep.History)-1] {
+					inners = append(inners, a.Request.Header.Get(attemptHeader))
 				}
 				for i := range answered {
 					want = append(want, fmt.Sprint(i+1))
 				}
-				if last := rep.Attempts[len(rep.Attempts)-1]; fmt.Sprint(inners) != fmt.Sprint(want) || last.Request != atts[0].Request {
+				if last := rep.History[len(rep.History)-1]; fmt.Sprint(inners) != fmt.Sprint(want) || last.Request != atts[0].Request {
 					t.Errorf("got inner attempts of copies %v in the Report, then %v; want %v, then the outer attempt", inners, last, want)
 				}
 				time.Sleep(time.Second)
@@ -1183,7 +1183,7 @@ func TestHedgedKeptRetryAfter(t *testing.T) {
 			if gap := base.sent[3].Sub(start) - 30*time.Millisecond; gap < 3*time.Second {
 				t.Errorf("retry sent %v after the 429 asked for 3s", gap)
 			}
-			if atts[0].Class != Throttling || atts[0].DelaySource != FromServer || atts[0].Err != nil {
+			if atts[0].Class != Throttling || !atts[0].ServerDelay || atts[0].Err != nil {
 				t.Errorf("got first attempt %+v; want the 429's", atts[0])
 			}
 			time.Sleep(time.Second)
@@ -1747,7 +1747,7 @@ func TestReportHoldsEveryCopysAttempts(t *testing.T) {
 				req = req.WithContext(WithReport(req.Context(), &rep))
 				roundTrip(t, outer, req)
 				var got []string
-				for _, a := range rep.Attempts {
+				for _, a := range rep.History {
 					got = append(got, fmt.Sprintf("%d:%d", a.Number, a.Status))
 				}
 				if fmt.Sprint(got) != fmt.Sprint(tc.want) {
@@ -1755,7 +1755,7 @@ func TestReportHoldsEveryCopysAttempts(t *testing.T) {
 				}
 				time.Sleep(time.Hour)
 				synctest.Wait()
-				if n, seen := len(rep.Attempts), int(innerSeen.Load()); n != len(tc.want) || seen != tc.inner {
+				if n, seen := len(rep.History), int(innerSeen.Load()); n != len(tc.want) || seen != tc.inner {
 					t.Errorf("got %d attempts in the Report and %d inner ones seen once the losers ended; want %d and %d", n, seen, len(tc.want), tc.inner)
 				}
 			})
@@ -1866,7 +1866,7 @@ func TestHedgedChaosKeepsTheContract(t *testing.T) {
 				base := &chaosBase{rng: rand.New(rand.NewPCG(uint64(seed), 7))}
 				led := newLedger(t)
 				tr := &Transport{Base: base,
-					PerHost: &PerHost{Budget: func(string) RetryBudget { return led }, Limiter: func(string) *RateLimiter { return &RateLimiter{} }},
+					PerHost: &PerHost{Budget: func(string) Budget { return led }, Limiter: func(string) *RateLimiter { return &RateLimiter{} }},
 					Policy: Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 0.5, MaxHedges: 1 + seed%3, MaxAttempts: 2 + seed%3,
 						AttemptTimeout: 50 * time.Millisecond, Timeout: 300 * time.Millisecond, BaseDelay: time.Millisecond}}
 				wctx := newOnceWatchCtx()
@@ -1891,7 +1891,7 @@ func TestHedgedChaosKeepsTheContract(t *testing.T) {
 									io.ReadAll(resp.Body)
 									resp.Body.Close()
 								}
-								if len(rep.Attempts) == 0 && !errors.Is(err, ErrRateLimited) {
+								if len(rep.History) == 0 && !errors.Is(err, ErrRateLimited) {
 									t.Errorf("got an empty Report (%v); want an attempt at least, or no send permit", err)
 								}
 							}()

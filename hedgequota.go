@@ -6,12 +6,12 @@ import (
 	"time"
 )
 
-// DefaultHedgeRatio is the most hedged copies a Transport sends, as a share
+// defaultHedgeRatio is the most hedged copies a Transport sends, as a share
 // of its hedgeable requests, when Policy.HedgeRatio is zero: one in twenty,
 // the share of requests slower than a 95th-percentile hedge delay. Dean and
 // Barroso's hedged BigTable reads ("The Tail at Scale") cost 2% more
 // requests; gRPC throttles hedges with the same token bucket as retries.
-const DefaultHedgeRatio = 0.05
+const defaultHedgeRatio = 0.05
 
 // A hedging is the state hedges share across requests: the hedges they may
 // still send, and the latencies of recent attempts, for an automatic delay.

@@ -47,7 +47,7 @@ func TestHedgeThatWinsGivesItsShareBack(t *testing.T) {
 	// request from the 20th on is hedged: 181 of 200.
 	synctest.Test(t, func(t *testing.T) {
 		tr := &Transport{Base: roundTripperFunc(func(r *http.Request) (*http.Response, error) {
-			if RequestAttempt(r) == 1 {
+			if requestAttempt(r) == 1 {
 				<-r.Context().Done() // slow: canceled when the hedge wins, or after a second
 				return nil, r.Context().Err()
 			}
@@ -393,7 +393,7 @@ func TestHedgeQuotaEdges(t *testing.T) {
 	for _, tc := range []struct {
 		ratio float64
 		want  float64
-	}{{1, 1}, {10, 10}, {11, 10}, {math.Inf(1), DefaultHedgeRatio}, {math.NaN(), DefaultHedgeRatio}, {-1, DefaultHedgeRatio}, {1e-300, 1e-300}} {
+	}{{1, 1}, {10, 10}, {11, 10}, {math.Inf(1), defaultHedgeRatio}, {math.NaN(), defaultHedgeRatio}, {-1, defaultHedgeRatio}, {1e-300, 1e-300}} {
 		if got := (&Policy{HedgeRatio: tc.ratio}).hedgeRatio(); got != tc.want {
 			t.Errorf("HedgeRatio %v: got %v; want %v", tc.ratio, got, tc.want)
 		}
@@ -426,7 +426,7 @@ func TestHedgeShareCappedAfterWinningHedges(t *testing.T) {
 		var allSlow atomic.Bool
 		base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
 			d := time.Millisecond
-			if allSlow.Load() || (r.Header.Get("X-Slow") != "" && RequestAttempt(r) == 1) {
+			if allSlow.Load() || (r.Header.Get("X-Slow") != "" && requestAttempt(r) == 1) {
 				d = 100 * time.Millisecond
 			}
 			select {

@@ -12,48 +12,46 @@ import (
 
 // Defaults of a PerHost's zero fields.
 const (
-	// DefaultMaxHosts is the most destinations a PerHost tracks at once.
-	DefaultMaxHosts = 4096
-	// DefaultHostIdleTimeout is how long a destination may go without a
+	// defaultMaxHosts is the most destinations a PerHost tracks at once.
+	defaultMaxHosts = 4096
+	// defaultHostIdleTimeout is how long a destination may go without a
 	// request before a PerHost forgets it.
-	DefaultHostIdleTimeout = 10 * time.Minute
+	defaultHostIdleTimeout = 10 * time.Minute
 )
 
-// A PerHost isolates the destinations of one Transport from each other:
-// each destination (scheme, host and port) gets a retry budget and a
-// RateLimiter of its own, made the first time a request goes there. One
-// dead host then spends only its own budget, and one host that answers 429
-// slows only the requests that go to it, as Envoy keeps budgets per
-// cluster and the AWS SDKs per service client.
+// A PerHost isolates the destinations of one Transport from each other.
+// Each destination (scheme, host and port) gets a Budget and a RateLimiter
+// of its own, made the first time a request goes there. One dead host then
+// spends only its own budget. One host that answers 429 slows only the
+// requests to it. Envoy keeps budgets per cluster, and the AWS SDKs per
+// service client, for the same reason.
 //
-// Set it as Transport.PerHost; it then takes the place of the Transport's
-// Budget and Limiter. Memory is bounded: at most MaxHosts destinations are
-// tracked, and one with no request for about IdleTimeout (measured from the
-// sweep that last saw it used) is forgotten when a new one is added. A
-// forgotten destination that comes back starts afresh.
-// Lookups take no lock: a request to a destination already known costs a
-// map read.
+// Set it as Transport.PerHost, in place of Budget and Limiter. At most
+// MaxHosts destinations are tracked. One with no request for about
+// IdleTimeout is forgotten when a new one is added. A forgotten destination
+// that comes back starts afresh. A request to a known destination takes no
+// lock.
 //
 // The zero PerHost is ready to use: a token bucket of DefaultBudgetTokens
 // for each destination, and no rate limiting. It is safe for concurrent
-// use; its fields must not change after its first use, and one PerHost
-// belongs to one Transport.
+// use. Its fields must not change after its first use. One PerHost belongs
+// to one Transport.
 type PerHost struct {
 	// Budget makes the budget of a destination; dest is its scheme, host
-	// and port ("https://api.example.com:443"). Any RetryBudget will do: a
+	// and port ("https://api.example.com:443"). Any Budget will do: a
 	// fleet budget can name its shared key after dest. Nil means a token
 	// bucket of DefaultBudgetTokens for each destination.
-	Budget func(dest string) RetryBudget
+	Budget func(dest string) Budget
 	// Limiter makes the RateLimiter of a destination. Nil means that
 	// destinations are not rate limited.
 	Limiter func(dest string) *RateLimiter
 	// MaxHosts is the most destinations tracked at once, each spelling of
 	// one ("a.test" and "A.test:80") counted: when a new one would go past
 	// it, the ones idle longest are forgotten first. Zero means
-	// DefaultMaxHosts.
+	// defaultMaxHosts.
 	MaxHosts int
 	// IdleTimeout is how long a destination may go without a request
-	// before it can be forgotten. Zero means DefaultHostIdleTimeout.
+	// before it can be forgotten. Zero means defaultHostIdleTimeout.
 	IdleTimeout time.Duration
 
 	// Lookups read an immutable map with no lock. New destinations go
@@ -125,7 +123,7 @@ func newHostMaps() *hostMaps {
 
 // A host is one destination's state.
 type host struct {
-	budget  RetryBudget
+	budget  Budget
 	limiter *RateLimiter
 	hedges  lazyHedging // made on the first hedged request
 	used    atomic.Bool // a request went there since the last sweep
@@ -134,13 +132,13 @@ type host struct {
 
 func (ph *PerHost) maxHosts() int {
 	if ph.MaxHosts <= 0 {
-		return DefaultMaxHosts
+		return defaultMaxHosts
 	}
 	return ph.MaxHosts
 }
 
 func (ph *PerHost) idleTimeout() time.Duration {
-	return orDefault(ph.IdleTimeout, DefaultHostIdleTimeout)
+	return orDefault(ph.IdleTimeout, defaultHostIdleTimeout)
 }
 
 // get returns the state of u's destination, made on its first request. The
@@ -267,7 +265,7 @@ func (ph *PerHost) add(k hostKey) *host {
 		h.budget = ph.Budget(dest)
 	}
 	if h.budget == nil || isNilPointer(h.budget) {
-		h.budget = NewBudget(DefaultBudgetTokens)
+		h.budget = NewTokenBucket(DefaultBudgetTokens)
 	}
 	if ph.Limiter != nil {
 		h.limiter = ph.Limiter(dest)
@@ -344,7 +342,7 @@ func (ph *PerHost) sweep(now time.Time, need int, keep *host) {
 }
 
 // Len reports how many destinations are tracked now.
-func (ph *PerHost) Len() int {
+func (ph *PerHost) count() int {
 	ph.mu.Lock()
 	defer ph.mu.Unlock()
 	seen := make(map[*host]bool, ph.n)
@@ -357,7 +355,7 @@ func (ph *PerHost) Len() int {
 
 // Lookup reports the budget and the RateLimiter (nil when none) of the
 // destination that rawURL goes to, if it is tracked. It makes nothing.
-func (ph *PerHost) Lookup(rawURL string) (RetryBudget, *RateLimiter, bool) {
+func (ph *PerHost) lookup(rawURL string) (Budget, *RateLimiter, bool) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, nil, false

@@ -14,6 +14,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/herdproof/retryhttp/internal/ratio"
 	rht "github.com/herdproof/retryhttp/retryhttptest"
 )
 
@@ -50,7 +51,7 @@ func TestPerHostIsolatesBudgets(t *testing.T) {
 					}
 					flaky++
 					code := 200
-					if RequestAttempt(r) == 1 {
+					if requestAttempt(r) == 1 {
 						code = 503
 					}
 					return &http.Response{StatusCode: code, Body: http.NoBody, Request: r}, nil
@@ -127,9 +128,9 @@ func TestPerHostDestinations(t *testing.T) {
 	// Scheme, host and port name a destination; the default port and the
 	// case of the host do not.
 	var dests []string
-	ph := &PerHost{Budget: func(dest string) RetryBudget {
+	ph := &PerHost{Budget: func(dest string) Budget {
 		dests = append(dests, dest)
-		return NewBudget(10)
+		return newTokenBucket(10)
 	}}
 	for _, u := range []string{
 		"http://a.test/x", "http://a.test:80/y", "http://A.TEST/z",
@@ -150,13 +151,13 @@ func TestPerHostDestinations(t *testing.T) {
 	if fmt.Sprint(dests) != fmt.Sprint(want) {
 		t.Errorf("got destinations %v; want %v", dests, want)
 	}
-	if got := ph.Len(); got != len(want) {
+	if got := ph.count(); got != len(want) {
 		t.Errorf("got %d destinations tracked; want %d", got, len(want))
 	}
-	if b, _, ok := ph.Lookup("http://a.test:80/q"); !ok || b.Available() != 10 {
+	if b, _, ok := ph.lookup("http://a.test:80/q"); !ok || b.Available() != 10 {
 		t.Errorf("Lookup: got (%v, %v); want a.test's budget", b, ok)
 	}
-	if _, _, ok := ph.Lookup("http://b.test/"); ok {
+	if _, _, ok := ph.lookup("http://b.test/"); ok {
 		t.Error("Lookup: found b.test, never sent to; want nothing")
 	}
 }
@@ -225,7 +226,7 @@ func TestPerHostMemoryIsBounded(t *testing.T) {
 		// A stream of new destinations: never more than MaxHosts.
 		for i := range 1000 {
 			get(i)
-			if n := ph.Len(); n > 100 {
+			if n := ph.count(); n > 100 {
 				t.Fatalf("after %d destinations: got %d tracked; want at most 100", i+1, n)
 			}
 		}
@@ -234,20 +235,20 @@ func TestPerHostMemoryIsBounded(t *testing.T) {
 		get(999) // in use
 		time.Sleep(40 * time.Second)
 		get(5000) // new: the sweep forgets what was idle for a minute
-		if got := ph.Len(); got != 2 {
+		if got := ph.count(); got != 2 {
 			t.Errorf("got %d destinations after the idle ones expired; want 2 (the one in use and the new one)", got)
 		}
-		if _, _, ok := ph.Lookup("http://h999.test/"); !ok {
+		if _, _, ok := ph.lookup("http://h999.test/"); !ok {
 			t.Error("the destination in use was forgotten")
 		}
 	})
 }
 
 func TestPerHostBudgetKinds(t *testing.T) {
-	// Any RetryBudget per destination: here a RatioBudget, whose refunds
+	// Any Budget per destination: here a RatioBudget, whose refunds
 	// go to the destination that paid.
 	synctest.Test(t, func(t *testing.T) {
-		ph := &PerHost{Budget: func(string) RetryBudget { return &RatioBudget{MinPerSecond: -1} }}
+		ph := &PerHost{Budget: func(string) Budget { return &ratioBudget{ratio.Budget{PerSecond: -1}} }}
 		base := byHost{"a.test": rht.NewTransport(rht.Status(200)), "b.test": rht.NewTransport(rht.Status(503))}
 		tr := &Transport{Base: base, PerHost: ph}
 		for range 100 {
@@ -259,7 +260,7 @@ func TestPerHostBudgetKinds(t *testing.T) {
 		// b.test has one request in its window and no minimum: 10% of 1
 		// allows no retry, whatever a.test did.
 		rht.AssertAttempts(t, base["b.test"], 1)
-		a, _, _ := ph.Lookup("http://a.test/")
+		a, _, _ := ph.lookup("http://a.test/")
 		if got := a.Available(); got != 10 {
 			t.Errorf("a.test: got %d retries available; want 10", got)
 		}
@@ -283,7 +284,7 @@ func TestPerHostUnderConcurrency(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n := ph.Len(); n > 8 {
+	if n := ph.count(); n > 8 {
 		t.Errorf("got %d destinations tracked; want at most 8", n)
 	}
 }
@@ -324,7 +325,7 @@ func TestBudgetInUseWithPerHost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ph := &PerHost{}
 		tr := &Transport{Base: rht.NewTransport(rht.Status(503)), PerHost: ph, Policy: Policy{Rand: lowRand}}
-		if b := tr.BudgetInUse(); b != nil {
+		if b := tr.budgetInUse(); b != nil {
 			t.Errorf("BudgetInUse: got %v; want nil", b)
 		}
 		req, _ := http.NewRequest("GET", "http://a.test/", nil)
@@ -333,7 +334,7 @@ func TestBudgetInUseWithPerHost(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		b, _, _ := ph.Lookup("http://a.test/")
+		b, _, _ := ph.lookup("http://a.test/")
 		if got, want := b.Available(), DefaultBudgetTokens-2*RetryCost; got != want {
 			t.Errorf("the destination's budget: got %d tokens; want %d (two retries paid)", got, want)
 		}
@@ -345,15 +346,15 @@ func TestPerHostChurn(t *testing.T) {
 	// some rate limited, some failing, all hedged) while sweeps run all
 	// the time (IdleTimeout 1ms, MaxHosts 16): every request answers, and
 	// the keys tracked agree with the count and stay within MaxHosts.
-	shared := NewBudget(1 << 20)
+	shared := newTokenBucket(1 << 20)
 	for _, tc := range []struct {
 		name   string
-		budget func(string) RetryBudget
+		budget func(string) Budget
 	}{
 		{"nil func", nil},
-		{"returns nil", func(string) RetryBudget { return nil }},
-		{"returns a nil *Budget", func(string) RetryBudget { var b *Budget; return b }},
-		{"the same for all", func(string) RetryBudget { return shared }},
+		{"returns nil", func(string) Budget { return nil }},
+		{"returns a nil *tokenBucket", func(string) Budget { var b *tokenBucket; return b }},
+		{"the same for all", func(string) Budget { return shared }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lim := &RateLimiter{}
@@ -427,7 +428,7 @@ func TestPerHostSpellingsKeepTheirDestination(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				made := 0
-				ph := &PerHost{MaxHosts: tc.maxHosts, Budget: func(string) RetryBudget { made++; return NewBudget(DefaultBudgetTokens) }}
+				ph := &PerHost{MaxHosts: tc.maxHosts, Budget: func(string) Budget { made++; return newTokenBucket(DefaultBudgetTokens) }}
 				tr := &Transport{Base: rht.NewTransport(rht.Status(503)), PerHost: ph, Policy: Policy{Rand: lowRand}}
 				for _, u := range tc.urls {
 					req, _ := http.NewRequest("GET", u, nil)
@@ -435,7 +436,7 @@ func TestPerHostSpellingsKeepTheirDestination(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				b, _, _ := ph.Lookup("http://a.test/")
+				b, _, _ := ph.lookup("http://a.test/")
 				want := DefaultBudgetTokens - len(tc.urls)*2*RetryCost
 				if made != 1 || b.Available() != want {
 					t.Errorf("got the destination made %d times, %d tokens left; want once, %d left (MaxHosts %d never exceeded: one destination)",
@@ -512,7 +513,7 @@ func TestPerHostSweepsOnlyWhenFull(t *testing.T) {
 		}
 		u, _ := url.Parse("http://H6.test/")
 		ph.get(u)
-		if got := ph.Len(); got != 7 {
+		if got := ph.count(); got != 7 {
 			t.Errorf("got %d destinations tracked, %d keys; want 7 destinations, 8 keys (MaxHosts 8 not passed)", got, ph.keys(t))
 		}
 	})
@@ -550,7 +551,7 @@ func TestPerHostChurnWithEverything(t *testing.T) {
 		})
 		ph := &PerHost{MaxHosts: 3, IdleTimeout: time.Millisecond,
 			Limiter: func(string) *RateLimiter { return &RateLimiter{} },
-			Budget:  func(string) RetryBudget { return &RatioBudget{} }}
+			Budget:  func(string) Budget { return &ratioBudget{} }}
 		tr := &Transport{Base: base, PerHost: ph, Policy: Policy{BaseDelay: time.Microsecond, ThrottleBaseDelay: time.Microsecond,
 			MaxDelay: time.Millisecond, MaxServerDelay: time.Millisecond, HedgeQuantile: 0.5, HedgeRatio: 1, MaxHedges: 3, Timeout: 5 * time.Second}}
 		client := &http.Client{Transport: tr}
@@ -582,7 +583,7 @@ func TestPerHostChurnWithEverything(t *testing.T) {
 		for range 8 {
 			<-done
 		}
-		if n := ph.Len(); n > 3 {
+		if n := ph.count(); n > 3 {
 			t.Errorf("got %d destinations tracked; want at most 3", n)
 		}
 		if errs.Load() != 0 {
@@ -596,11 +597,11 @@ func TestPerHostChurnWithEverything(t *testing.T) {
 // for the next request. (Held.)
 func TestPerHostFuncPanics(t *testing.T) {
 	var calls atomic.Int32
-	ph := &PerHost{Budget: func(string) RetryBudget {
+	ph := &PerHost{Budget: func(string) Budget {
 		if calls.Add(1) == 1 {
 			panic("budget func")
 		}
-		return NewBudget(100)
+		return newTokenBucket(100)
 	}}
 	tr := &Transport{Base: rht.NewTransport(rht.Status(200)), PerHost: ph, Policy: Policy{Timeout: time.Minute}}
 	var closed atomic.Int32

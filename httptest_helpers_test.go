@@ -244,7 +244,7 @@ func (w *frameWatcher) feed(p []byte) {
 	}
 }
 
-// ledger is a RetryBudget that issues every payment with a unique Mark and
+// ledger is a Budget that issues every payment with a unique Mark and
 // records every Withdraw and Refund. It flags a refund of Tokens it never
 // issued (or issued with ok=false) and a second settlement of the same
 // Tokens.
@@ -255,8 +255,8 @@ type ledger struct {
 	issued   map[uint64]Class // paid and not yet refunded
 	refunded map[uint64]bool  // the sent flag of each refund
 	refuse   bool             // Withdraw reports false
-	// refusedTokens: a refused Withdraw still returns Tokens describing
-	// the refused cost. The interface says the Tokens matter only "if so".
+	// refusedTokens: a refused Withdraw still returns a refund. The
+	// interface says a refusal pays nothing, whatever it returned.
 	refusedTokens bool
 	errs          []string
 }
@@ -267,33 +267,35 @@ func newLedger(t *testing.T) *ledger {
 
 func (l *ledger) Deposit(bool) {}
 
-func (l *ledger) Withdraw(c Class) (Tokens, bool) {
+func (l *ledger) Withdraw(_ context.Context, c Class) (func(bool), bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.next++
+	mark := l.next
+	refund := func(sent bool) { l.refund(mark, sent) }
 	if l.refuse {
 		if l.refusedTokens {
-			return Tokens{Cost: c.Cost(), Payer: l, Mark: l.next}, false
+			return refund, false
 		}
-		return Tokens{}, false
+		return nil, false
 	}
-	l.issued[l.next] = c
-	return Tokens{Cost: c.Cost(), Payer: l, Mark: l.next}, true
+	l.issued[mark] = c
+	return refund, true
 }
 
-func (l *ledger) Refund(tk Tokens, sent bool) {
+func (l *ledger) refund(mark uint64, sent bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if _, ok := l.issued[tk.Mark]; !ok {
-		if _, again := l.refunded[tk.Mark]; again {
-			l.errs = append(l.errs, fmt.Sprintf("Tokens %d refunded twice", tk.Mark))
+	if _, ok := l.issued[mark]; !ok {
+		if _, again := l.refunded[mark]; again {
+			l.errs = append(l.errs, fmt.Sprintf("refund %d made twice", mark))
 		} else {
-			l.errs = append(l.errs, fmt.Sprintf("Tokens %d refunded but never issued as paid (sent=%v)", tk.Mark, sent))
+			l.errs = append(l.errs, fmt.Sprintf("refund %d made but never issued as paid (sent=%v)", mark, sent))
 		}
 		return
 	}
-	delete(l.issued, tk.Mark)
-	l.refunded[tk.Mark] = sent
+	delete(l.issued, mark)
+	l.refunded[mark] = sent
 }
 
 func (l *ledger) Available() int { return 1 << 20 }
@@ -374,3 +376,23 @@ type countClose struct {
 }
 
 func (c *countClose) Close() error { c.n.Add(1); return nil }
+
+// ctxBG is the context of a Budget's withdrawals in tests that call it
+// directly.
+var ctxBG = context.Background()
+
+// noKey is a NewIdempotencyKey that turns keys off.
+func noKey() string { return "" }
+
+// budgetInUse returns the budget t draws from: Budget, or the private one
+// it made; nil with PerHost.
+func (t *Transport) budgetInUse() Budget {
+	t.once.Do(t.init)
+	if t.PerHost != nil {
+		return nil
+	}
+	return t.inUse
+}
+
+// size reports the most tokens the bucket holds.
+func (b *tokenBucket) size() int { return int(b.capacity) }

@@ -11,9 +11,9 @@ import (
 	"github.com/google/uuid"
 )
 
-// DefaultIdempotencyHeader is the header that carries a write's idempotency
-// key unless Policy.IdempotencyHeader names another.
-const DefaultIdempotencyHeader = "Idempotency-Key"
+// defaultIdempotencyHeader is the header that carries a write's
+// idempotency key unless Policy.IdempotencyHeader names another.
+const defaultIdempotencyHeader = "Idempotency-Key"
 
 // idempotentMethod reports whether RFC 9110 §9.2.2 defines the method as
 // idempotent: repeating it has the same effect on the server as sending it
@@ -29,14 +29,14 @@ func idempotentMethod(method string) bool {
 
 func (p *Policy) idempotencyHeader() string {
 	if p.IdempotencyHeader == "" {
-		return DefaultIdempotencyHeader
+		return defaultIdempotencyHeader
 	}
 	return http.CanonicalHeaderKey(p.IdempotencyHeader)
 }
 
 // keyedRequest is the copy of a write's request that carries a generated
-// key, allocated in one piece with the key's text and, for a header of
-// usual size, the header's values: a write's key costs a handful of
+// key. It is allocated in one piece with the key's text and, for a header
+// of usual size, the header's values. A write's key then costs a handful of
 // allocations, not one per part.
 type keyedRequest struct {
 	req  http.Request
@@ -45,17 +45,19 @@ type keyedRequest struct {
 }
 
 // withNewKey returns a copy of out whose header is req's with a new key
-// under name, or nil when Policy.NewIdempotencyKey made an empty one (an
-// empty value identifies nothing: the write stays unkeyed).
+// under name. It returns nil when Policy.NewIdempotencyKey made an empty
+// one: an empty value identifies nothing, so the write stays unkeyed.
 func (t *Transport) withNewKey(req, out *http.Request, name string) *http.Request {
-	kr := new(keyedRequest)
-	kr.req = *out
+	p := &t.Policy
 	var key string
-	if t.Policy.NewIdempotencyKey != nil {
-		if key = t.Policy.NewIdempotencyKey(); key == "" {
+	if p.NewIdempotencyKey != nil {
+		if key = p.NewIdempotencyKey(); key == "" {
 			return nil
 		}
-	} else {
+	}
+	kr := new(keyedRequest)
+	kr.req = *out
+	if key == "" {
 		t.keys.newUUID(&kr.key)
 		// The bytes are never written again: the string may share them.
 		key = unsafe.String(&kr.key[0], len(kr.key))
@@ -64,13 +66,12 @@ func (t *Transport) withNewKey(req, out *http.Request, name string) *http.Reques
 	return &kr.req
 }
 
-// keySource makes random (version 4) UUIDs from crypto/rand, reading the
-// random bytes for keysPerBatch keys at a time, so that the system's random
-// source is read once per batch rather than once per key. Each batch belongs
-// to one goroutine at a time (a sync.Pool hands it out); each 16 bytes are
-// used for one key only and zeroed as they are taken, so keys stay as
-// unpredictable as crypto/rand's output: 122 random bits each. The zero
-// keySource is ready to use.
+// keySource makes random (version 4) UUIDs from crypto/rand. It reads the
+// random bytes of keysPerBatch keys at a time, so that the system's random
+// source is read once per batch. Each batch belongs to one goroutine at a
+// time: a sync.Pool hands it out. Each 16 bytes are used for one key only
+// and zeroed as they are taken. Keys stay as unpredictable as crypto/rand's
+// output: 122 random bits each. The zero keySource is ready to use.
 type keySource struct {
 	pool sync.Pool // of *keyBatch
 }

@@ -41,14 +41,14 @@ func TestIdempotency(t *testing.T) {
 		{"custom header and generator", "POST", nil,
 			Policy{IdempotencyHeader: "x-request-id", NewIdempotencyKey: func() string { return "fixed" }},
 			[]rht.Step{rht.Status(503), rht.Status(200)}, 2, "", Done},
-		{"keys off: POST not retried after a 503", "POST", nil, Policy{NoIdempotencyKeys: true},
+		{"keys off: POST not retried after a 503", "POST", nil, Policy{NewIdempotencyKey: noKey},
 			[]rht.Step{rht.Status(503), rht.Status(200)}, 1, "", StopNotIdempotent},
-		{"keys off: POST not retried after a reset", "POST", nil, Policy{NoIdempotencyKeys: true},
+		{"keys off: POST not retried after a reset", "POST", nil, Policy{NewIdempotencyKey: noKey},
 			[]rht.Step{{Err: errReset}, rht.Status(200)}, 1, "", StopNotIdempotent},
-		{"keys off: POST retried after a dial failure", "POST", nil, Policy{NoIdempotencyKeys: true},
+		{"keys off: POST retried after a dial failure", "POST", nil, Policy{NewIdempotencyKey: noKey},
 			[]rht.Step{{Err: errDial}, rht.Status(200)}, 2, "", Done},
 		{"keys off: caller's key still allows retries", "POST", http.Header{"Idempotency-Key": {"k1"}},
-			Policy{NoIdempotencyKeys: true}, []rht.Step{rht.Status(503), rht.Status(200)}, 2, "k1", Done},
+			Policy{NewIdempotencyKey: noKey}, []rht.Step{rht.Status(503), rht.Status(200)}, 2, "k1", Done},
 		{"one attempt: no key added", "POST", nil, Policy{MaxAttempts: 1}, []rht.Step{rht.Status(503)}, 1, "", Done},
 	}
 	for _, tc := range tests {
@@ -125,7 +125,7 @@ func TestNonCanonicalKeyHeader(t *testing.T) {
 			if got := a.Header["idempotency-key"]; len(got) != 1 || got[0] != "mine" {
 				t.Errorf("attempt %d: got %q under the caller's spelling; want [mine]", i+1, got)
 			}
-			if got := a.Header[DefaultIdempotencyHeader]; got != nil {
+			if got := a.Header[defaultIdempotencyHeader]; got != nil {
 				t.Errorf("attempt %d: got a second key %q; want none", i+1, got)
 			}
 		}
@@ -156,7 +156,7 @@ func TestBodies(t *testing.T) {
 			if err != nil || code != 503 || len(base.Attempts()) != 1 {
 				t.Errorf("got (%d, %v, %d attempts); want (503, nil, 1)", code, err, len(base.Attempts()))
 			}
-			if got := tr.BudgetInUse().Available(); got != DefaultBudgetTokens {
+			if got := tr.budgetInUse().Available(); got != DefaultBudgetTokens {
 				t.Errorf("got %d tokens; want %d (an unsent retry costs nothing)", got, DefaultBudgetTokens)
 			}
 		})

@@ -12,16 +12,14 @@ import (
 	"sync/atomic"
 )
 
-// Retries multiply through layers: k services that each make 3 attempts send
-// 3^k to the bottom. The rule (Google SRE book, "Handling Overload" and
-// "Addressing Cascading Failures") is that only the layer directly above the
-// failing dependency retries; the layers further up return the error at
-// once, told by a signal on the wire that retrying is over. This file is
-// that signal: Handler adds it to a service's error responses when the
-// service's own outgoing calls had already used up their retries, and the
-// Transport does not retry a response that carries it.
+// Retries multiply through layers: k services that each make 3 attempts
+// send 3^k to the bottom. The Google SRE book's rule is that only the layer
+// directly above the failing dependency retries. The layers further up
+// return the error at once, told by a signal on the wire. This file is that
+// signal. Handler adds it to a service's error responses when its own calls
+// used up their retries. The Transport does not retry a response with it.
 
-// ExhaustedHeader is the response header that says "retries for this request
+// exhaustedHeader is the response header that says "retries for this request
 // were already made, and used up, further down: do not retry it". Its value
 // names the reason: "attempts", "budget", "server-delay", "downstream" or
 // "rate-limited".
@@ -30,7 +28,7 @@ import (
 // The Transport also honours the signals other systems put on the wire for
 // the same meaning: Finagle's "finagle-http-nonretryable-nack" header, and
 // gRPC's "grpc-retry-pushback-ms" with a negative or malformed value.
-const ExhaustedHeader = "Retries-Exhausted"
+const exhaustedHeader = "Retries-Exhausted"
 
 // Headers of other systems that mean "do not retry this response".
 const (
@@ -43,7 +41,7 @@ const (
 // Finagle's non-retryable nack, a gRPC pushback that refuses retries, or
 // Stripe's "Stripe-Should-Retry: false" (stripe-go stops on it).
 func noRetrySignal(h http.Header) bool {
-	if len(h[ExhaustedHeader]) > 0 || len(h[finagleNonRetryableNack]) > 0 {
+	if len(h[exhaustedHeader]) > 0 || len(h[finagleNonRetryableNack]) > 0 {
 		return true
 	}
 	if vs := h[stripeShouldRetry]; len(vs) > 0 && strings.EqualFold(strings.TrimSpace(vs[0]), "false") {
@@ -62,7 +60,7 @@ func noRetrySignal(h http.Header) bool {
 	return false
 }
 
-// exhaustedReason returns the ExhaustedHeader value for a final decision
+// exhaustedReason returns the exhaustedHeader value for a final decision
 // that ended retrying because retries were used up or refused, and "" for
 // any other: a request that succeeded, failed permanently, was canceled, or
 // made only its one allowed attempt (a layer with MaxAttempts 1 retries
@@ -85,16 +83,16 @@ func exhaustedReason(d Decision, maxAttempts int) string {
 	return ""
 }
 
-// AttemptHeader is the request header that carries the attempt number,
+// attemptHeader is the request header that carries the attempt number,
 // 1 for the first, when Policy.SendAttemptHeader is set.
-const AttemptHeader = "Retry-Attempt"
+const attemptHeader = "Retry-Attempt"
 
-// RequestAttempt reports which attempt of its client the inbound request r
-// is, from AttemptHeader, Envoy's x-envoy-attempt-count or the AWS SDKs'
+// requestAttempt reports which attempt of its client the inbound request r
+// is, from attemptHeader, Envoy's x-envoy-attempt-count or the AWS SDKs'
 // amz-sdk-request (attempt=N): 1 is a first attempt, more is a retry. It
 // returns 0 when the request carries none of them.
-func RequestAttempt(r *http.Request) int {
-	for _, name := range []string{AttemptHeader, "X-Envoy-Attempt-Count"} {
+func requestAttempt(r *http.Request) int {
+	for _, name := range []string{attemptHeader, "X-Envoy-Attempt-Count"} {
 		if v := r.Header.Get(name); v != "" {
 			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n > 0 {
 				return n
@@ -115,25 +113,22 @@ func RequestAttempt(r *http.Request) int {
 }
 
 // Handler wraps a service's handler so that its error responses tell the
-// layer above not to retry when retrying has already been done below.
+// layer above not to retry, when retrying was already done below.
 //
-// While next handles a request, every Transport call made with the request's
-// context (or one derived from it, as http.NewRequestWithContext(r.Context(),
-// ...) and httputil.ReverseProxy make) reports how it ended. If one of them
-// ended with its retries used up or refused (attempts exhausted, the budget
-// empty, a server-requested wait too long, or a downstream response that
-// itself carried the signal), then a response that next writes with a 5xx or
-// 429 status carries ExhaustedHeader. A response written for any other
-// reason carries nothing: if the service sheds load itself, or fails on its
-// own, the layer directly above is the one that should retry. A 2xx, 3xx or
-// 4xx other than 429 never carries it.
+// While next handles a request, every Transport call made with the
+// request's context, or one derived from it, reports how it ended. One may
+// end with its retries used up or refused: attempts exhausted, the budget
+// empty, a server delay too long, or a downstream response with the signal.
+// A 5xx or 429 response that next then writes carries a Retries-Exhausted
+// header, whose value names the reason. Every Transport above stops on it.
+// A response written for any other reason carries nothing: if the service
+// fails on its own, the layer above should retry. A 2xx, 3xx or other 4xx
+// never carries it.
 //
-// The ResponseWriter that next sees keeps http.Flusher and http.Hijacker,
-// passes on the underlying writer's flush errors (FlushError, as
-// http.ResponseController reads them: http.ErrNotSupported when it cannot
-// flush), and unwraps (Unwrap) for http.ResponseController's other methods. A request costs two
-// allocations (the request's copy with the new context, and the writer that
-// holds the state); nothing else happens unless a call fails.
+// The ResponseWriter that next sees keeps http.Flusher and http.Hijacker.
+// It passes on the flush errors of the writer below, as
+// http.ResponseController reads them, and unwraps for its other methods. A
+// request costs two allocations; nothing else happens unless a call fails.
 func Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		lw := &layerWriter{rw: w}
@@ -188,7 +183,7 @@ func markLayer(ctx context.Context, d Decision, maxAttempts int) {
 // number n.
 func withAttemptHeader(out *http.Request, n int) *http.Request {
 	r := shallowCopy(out)
-	r.Header = cloneHeaderWith(out.Header, AttemptHeader, itoa(n), nil)
+	r.Header = cloneHeaderWith(out.Header, attemptHeader, itoa(n), nil)
 	return r
 }
 
@@ -207,7 +202,7 @@ func (w *layerWriter) WriteHeader(code int) {
 		w.wroteHeader = true
 		if code >= 500 || code == http.StatusTooManyRequests {
 			if reason := w.ctx.state.exhausted.Load(); reason != nil {
-				w.rw.Header().Set(ExhaustedHeader, *reason)
+				w.rw.Header().Set(exhaustedHeader, *reason)
 			}
 		}
 	}

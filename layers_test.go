@@ -59,9 +59,9 @@ func TestHandlerSignal(t *testing.T) {
 		{"network error after retries, 502 written", []rht.Step{rht.Reset()}, func() *Transport { return &Transport{Policy: fast} }, passStatus, "attempts"},
 		{"attempts used up, but 200 written", []rht.Step{rht.Status(503)}, func() *Transport { return &Transport{Policy: fast} }, always(200), ""},
 		{"attempts used up, but 404 written", []rht.Step{rht.Status(503)}, func() *Transport { return &Transport{Policy: fast} }, always(404), ""},
-		{"budget empty", []rht.Step{rht.Status(503)}, func() *Transport { return &Transport{Policy: fast, Budget: NewBudget(0)} }, passStatus, "budget"},
+		{"budget empty", []rht.Step{rht.Status(503)}, func() *Transport { return &Transport{Policy: fast, Budget: newTokenBucket(0)} }, passStatus, "budget"},
 		{"server delay too long", []rht.Step{rht.RetryAfter(503, "3600")}, func() *Transport { return &Transport{Policy: fast} }, passStatus, "server-delay"},
-		{"downstream said so", []rht.Step{rht.Status(503).WithHeader(ExhaustedHeader, "attempts")}, func() *Transport { return &Transport{Policy: fast} }, passStatus, "downstream"},
+		{"downstream said so", []rht.Step{rht.Status(503).WithHeader(exhaustedHeader, "attempts")}, func() *Transport { return &Transport{Policy: fast} }, passStatus, "downstream"},
 		{"throttled: no send permit before the deadline", []rht.Step{rht.Status(429)}, func() *Transport {
 			return &Transport{Limiter: &RateLimiter{}, Policy: Policy{Rand: lowRand, Timeout: 50 * time.Millisecond}} // the permit: 1/7 s away
 		}, passStatus, "rate-limited"},
@@ -78,8 +78,8 @@ func TestHandlerSignal(t *testing.T) {
 				t.Fatal(err)
 			}
 			resp.Body.Close()
-			if got := resp.Header.Get(ExhaustedHeader); got != tc.want {
-				t.Errorf("got %s %q on a %d; want %q", ExhaustedHeader, got, resp.StatusCode, tc.want)
+			if got := resp.Header.Get(exhaustedHeader); got != tc.want {
+				t.Errorf("got %s %q on a %d; want %q", exhaustedHeader, got, resp.StatusCode, tc.want)
 			}
 		})
 	}
@@ -92,8 +92,8 @@ func TestSignalStopsRetries(t *testing.T) {
 		attempts int
 		decision Decision
 	}{
-		{"ours on a 503", rht.Status(503).WithHeader(ExhaustedHeader, "attempts"), 1, StopDownstream},
-		{"ours on a 429", rht.Status(429).WithHeader(ExhaustedHeader, "budget"), 1, StopDownstream},
+		{"ours on a 503", rht.Status(503).WithHeader(exhaustedHeader, "attempts"), 1, StopDownstream},
+		{"ours on a 429", rht.Status(429).WithHeader(exhaustedHeader, "budget"), 1, StopDownstream},
 		{"Finagle's non-retryable nack", rht.Status(503).WithHeader("finagle-http-nonretryable-nack", "true"), 1, StopDownstream},
 		{"gRPC pushback -1", rht.Status(503).WithHeader("grpc-retry-pushback-ms", "-1"), 1, StopDownstream},
 		{"gRPC pushback malformed", rht.Status(503).WithHeader("grpc-retry-pushback-ms", "soon"), 1, StopDownstream},
@@ -120,7 +120,7 @@ func TestSignalStopsRetries(t *testing.T) {
 				t.Errorf("got decision %v; want %v", rep.Decision, tc.decision)
 			}
 			if tc.decision == StopDownstream {
-				if got := tr.BudgetInUse().Available(); got != DefaultBudgetTokens {
+				if got := tr.budgetInUse().Available(); got != DefaultBudgetTokens {
 					t.Errorf("got %d tokens; want %d (the signal costs none)", got, DefaultBudgetTokens)
 				}
 			}
@@ -234,8 +234,8 @@ func TestReverseProxyGateway(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode != 503 || resp.Header.Get(ExhaustedHeader) != "attempts" {
-			t.Errorf("got %d with %s %q; want 503 with attempts", resp.StatusCode, ExhaustedHeader, resp.Header.Get(ExhaustedHeader))
+		if resp.StatusCode != 503 || resp.Header.Get(exhaustedHeader) != "attempts" {
+			t.Errorf("got %d with %s %q; want 503 with attempts", resp.StatusCode, exhaustedHeader, resp.Header.Get(exhaustedHeader))
 		}
 		if got := len(bottom.Attempts()); got != 3 {
 			t.Errorf("got %d attempts at the bottom; want 3 (the client above did not retry)", got)
@@ -248,8 +248,8 @@ func TestReverseProxyGateway(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode != 502 || resp.Header.Get(ExhaustedHeader) != "attempts" {
-			t.Errorf("got %d with %s %q; want 502 with attempts", resp.StatusCode, ExhaustedHeader, resp.Header.Get(ExhaustedHeader))
+		if resp.StatusCode != 502 || resp.Header.Get(exhaustedHeader) != "attempts" {
+			t.Errorf("got %d with %s %q; want 502 with attempts", resp.StatusCode, exhaustedHeader, resp.Header.Get(exhaustedHeader))
 		}
 	})
 }
@@ -261,7 +261,7 @@ func TestAttemptHeader(t *testing.T) {
 		retries atomic.Int32
 	)
 	srv := httptest.NewServer(Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n := RequestAttempt(r)
+		n := requestAttempt(r)
 		mu.Lock()
 		seen = append(seen, n)
 		mu.Unlock()
@@ -301,7 +301,7 @@ func TestAttemptHeader(t *testing.T) {
 	} {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.Header.Set(tc.header, tc.value)
-		if got := RequestAttempt(r); got != tc.want {
+		if got := requestAttempt(r); got != tc.want {
 			t.Errorf("%s: %s: got %d; want %d", tc.header, tc.value, got, tc.want)
 		}
 	}
@@ -365,7 +365,7 @@ func BenchmarkHandlerLoopback(b *testing.B) {
 }
 
 // A flush that the underlying writer cannot do writes nothing: the 503 the
-// handler writes after it still carries ExhaustedHeader.
+// handler writes after it still carries exhaustedHeader.
 func TestFailedFlushKeepsTheSignal(t *testing.T) {
 	w := &plainWriter{http.Header{}}
 	var flushErr error
@@ -377,7 +377,7 @@ func TestFailedFlushKeepsTheSignal(t *testing.T) {
 	if !errors.Is(flushErr, http.ErrNotSupported) {
 		t.Fatalf("got flush error %v; want http.ErrNotSupported", flushErr)
 	}
-	if got := w.h.Get(ExhaustedHeader); got != "budget" {
-		t.Errorf("got %s %q on the 503; want \"budget\" (the failed flush wrote nothing)", ExhaustedHeader, got)
+	if got := w.h.Get(exhaustedHeader); got != "budget" {
+		t.Errorf("got %s %q on the 503; want \"budget\" (the failed flush wrote nothing)", exhaustedHeader, got)
 	}
 }

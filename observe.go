@@ -40,7 +40,7 @@ const (
 	// StopCanceled: the request's context ended, during an attempt or a wait.
 	StopCanceled
 	// StopDownstream: the response said that retrying was already done and
-	// used up further down (ExhaustedHeader, or another system's "do not
+	// used up further down (exhaustedHeader, or another system's "do not
 	// retry" signal). It is returned at once, at no cost to the Budget.
 	StopDownstream
 	// StopRateLimited: the Transport's Limiter could give the next attempt
@@ -76,25 +76,9 @@ func (d Decision) String() string {
 	return "decision(" + itoa(int(d)) + ")"
 }
 
-// DelaySource says where a wait came from.
-type DelaySource uint8
-
-const (
-	// FromBackoff: the Policy's backoff schedule chose the wait.
-	FromBackoff DelaySource = iota
-	// FromServer: the response asked for it (Retry-After and kin).
-	FromServer
-)
-
-func (s DelaySource) String() string {
-	if s == FromServer {
-		return "server"
-	}
-	return "backoff"
-}
-
-// An Attempt describes one attempt and what the Transport decided after it.
-// It is passed to Transport.OnAttempt.
+// An Attempt is what happened to one attempt, and what the Transport
+// decided after it. Transport.OnAttempt receives it, and a Report lists
+// it.
 type Attempt struct {
 	// Request is the request this attempt sent, idempotency key included.
 	// Read it; do not modify it or read its body.
@@ -107,72 +91,76 @@ type Attempt struct {
 	Err error
 	// Class is how the Policy classified the outcome.
 	Class Class
-	// Retrying is the class of the failure this attempt retries (Transient
-	// or Throttling), or Success for a request's first attempt. A retry is
-	// counted here, when it is made; a Retry decision can still end in its
-	// wait (the context ends, or the Limiter has no permit).
+	// Retrying is the class of the failure this attempt retries. It is
+	// Success for a request's first attempt.
 	Retrying Class
-	// Decision is what happens next.
+	// Decision is what happens next. A Retry can still end in its wait:
+	// the context ends, or the Limiter has no permit.
 	Decision Decision
-	// Delay is the wait before the next attempt when Decision is Retry; for
-	// StopDeadline and StopServerDelay, the wait that was refused.
+	// Delay is the wait before the next attempt when Decision is Retry.
+	// For StopDeadline and StopServerDelay, it is the wait refused.
 	Delay time.Duration
-	// DelaySource says whether Delay came from backoff or the server.
-	DelaySource DelaySource
-	// Tokens is what the Budget holds after the decision.
-	Tokens int
+	// ServerDelay reports that the response asked for Delay (Retry-After
+	// and kin). Otherwise the backoff schedule chose it.
+	ServerDelay bool
 	// Duration is how long the attempt took, up to its response headers or
 	// its error.
 	Duration time.Duration
-	// Hedges is how many hedged copies of this attempt were sent (see
-	// Policy.HedgeDelay); they count as attempts, numbered after this one.
+	// Hedges is how many hedged copies of this attempt were sent. They
+	// count as attempts, numbered after this one.
 	Hedges int
-	// HedgeWon reports whether a hedged copy's answer, not the first copy's,
-	// is this attempt's outcome.
+	// HedgeWon reports that a hedged copy's answer is this attempt's
+	// outcome.
 	HedgeWon bool
 	// HedgesRefused is how many times a hedge was due and not sent: the
-	// hedge share (Policy.HedgeRatio) held none, or the Limiter had no
-	// permit due. A refused hedge is asked for again after another delay.
+	// hedge share held none, or the Limiter had no permit.
 	HedgesRefused int
-	// BudgetFallback reports that the budget is a shared one (such as
-	// redisbudget's) that could not reach its store and pays from a local
-	// fallback: it has a method Fallback() (bool, error) that says so.
-	BudgetFallback bool
-	// RateLimit is the Transport's RateLimiter's rate after the decision,
-	// in permits per second; 0 when there is none or it is not limiting.
-	RateLimit float64
-	// PermitWait is how long this attempt waited for a send permit from the
-	// RateLimiter, beyond any backoff.
+	// PermitWait is how long this attempt waited for a send permit from
+	// the Limiter, beyond any backoff.
 	PermitWait time.Duration
 
-	url *url.URL // with Err, a copy of Request.URL as sent, for its text
+	url       *url.URL // with Err, a copy of Request.URL as sent, for its text
+	tokens    int      // what the budget held after the decision, for the text
+	rateLimit float64  // the Limiter's rate after the decision, for the log
+	// budgetFallback reports that a shared budget paid from its local
+	// fallback: it has a method Fallback() (bool, error) that says so.
+	budgetFallback bool
 }
 
-// A RequestEnd is how one request ended, passed to Transport.OnEnd as
-// RoundTrip returns.
-type RequestEnd struct {
-	// Request is the caller's request. It must not be modified.
-	Request *http.Request
+// A Report is how one request ended: the per-request view, as
+// net/http/httptrace gives one for connections. Transport.OnEnd receives
+// one as RoundTrip returns. A Report attached with WithReport is filled
+// with the same, and lists the attempts. An *Error holds its request's.
+//
+//	var rep retryhttp.Report
+//	req = req.WithContext(retryhttp.WithReport(req.Context(), &rep))
+//	resp, err := client.Do(req)
+//	if rep.Decision == retryhttp.StopBudget {
+//		// the budget cut retries short, whether a 503 or an error came back
+//	}
+//
+// A 503 returned after retries carries a nil error, so only the Report
+// says why retrying stopped.
+type Report struct {
 	// Attempts is the number of attempts made, hedged copies included.
 	Attempts int
-	// Decision is Done when the last attempt's outcome is returned as it
-	// is (a success, or a failure that is not retryable); otherwise it
-	// says why no further attempt was made.
+	// Decision is Done when the last outcome is returned as it is: a
+	// success, or a failure that is not retryable. Otherwise it says why
+	// no further attempt was made.
 	Decision Decision
 	// Abandoned reports that the request ended before an attempt it was
-	// going to make: its context ended, before its first attempt or in
-	// the wait for a retry (StopCanceled), or the Limiter had no permit
-	// for it (StopRateLimited). When Attempts is not 0, the last
-	// OnAttempt call said Retry, and the retry was never sent.
+	// going to make. Its context ended (StopCanceled), or the Limiter had
+	// no permit (StopRateLimited). With Attempts not 0, the last Attempt
+	// said Retry, and the retry was never sent.
 	Abandoned bool
-	// Status is the status code of the response RoundTrip returns, 0 when
-	// Err is set.
-	Status int
-	// Err is the error RoundTrip returns (an *Error), nil with a response.
+	// Err is the cause of the error returned, nil with a response.
 	Err error
-	// Duration is how long RoundTrip took, up to the response headers
-	// that it returns or its error.
+	// Duration is how long RoundTrip took, up to the response headers it
+	// returns or its error.
 	Duration time.Duration
+	// History lists every attempt, in order. Only a Report attached with
+	// WithReport holds it.
+	History []Attempt
 }
 
 // String renders the attempt for humans, with the URL stripped of user info,
@@ -193,10 +181,10 @@ func (a Attempt) String() string {
 	}
 	b.WriteString(" " + a.Class.String() + " -> " + a.Decision.String())
 	if a.Decision == Retry {
-		b.WriteString(" in " + a.Delay.String() + " (" + a.DelaySource.String() + ")")
+		b.WriteString(" in " + a.Delay.String() + " (" + a.delaySource() + ")")
 	}
-	b.WriteString(", " + itoa(a.Tokens) + " tokens")
-	if a.BudgetFallback {
+	b.WriteString(", " + itoa(a.tokens) + " tokens")
+	if a.budgetFallback {
 		b.WriteString(" (budget fallback)")
 	}
 	return b.String()
@@ -224,32 +212,34 @@ func (a Attempt) attrs() []slog.Attr {
 		attrs = append(attrs, slog.Int("status", a.Status))
 	}
 	if a.Decision == Retry || a.Decision == StopDeadline || a.Decision == StopServerDelay {
-		attrs = append(attrs, slog.Duration("delay", a.Delay), slog.String("delay_source", a.DelaySource.String()))
+		attrs = append(attrs, slog.Duration("delay", a.Delay), slog.String("delay_source", a.delaySource()))
 	}
-	if a.BudgetFallback {
+	if a.budgetFallback {
 		attrs = append(attrs, slog.Bool("budget_fallback", true))
 	}
-	if a.RateLimit > 0 {
-		attrs = append(attrs, slog.Float64("rate_limit", a.RateLimit))
+	if a.rateLimit > 0 {
+		attrs = append(attrs, slog.Float64("rate_limit", a.rateLimit))
 	}
 	if a.PermitWait > 0 {
 		attrs = append(attrs, slog.Duration("permit_wait", a.PermitWait))
 	}
-	return append(attrs, slog.Int("tokens", a.Tokens))
+	return append(attrs, slog.Int("tokens", a.tokens))
 }
 
-// Error is the error RoundTrip returns when it ends on an error rather than a
-// response. It wraps the last attempt's error, so errors.Is and errors.As
-// reach the cause; when the context ended during a wait, it wraps the
-// context's error as well.
+// delaySource names where Delay came from, in text and logs.
+func (a Attempt) delaySource() string {
+	if a.ServerDelay {
+		return "server"
+	}
+	return "backoff"
+}
+
+// Error is the error RoundTrip returns when it ends on an error rather
+// than a response. Its Report says how the request ended. It wraps the
+// cause, Report.Err, so that errors.Is and errors.As reach it. When the
+// context ended during a wait, the cause wraps the context's error too.
 type Error struct {
-	// Attempts is the number of attempts made.
-	Attempts int
-	// Decision says why no further attempt was made: Done when the error was
-	// not retryable.
-	Decision Decision
-	// Err is the cause.
-	Err error
+	Report
 
 	url *url.URL // a copy of the request's, whose secrets stay out of the text
 }
@@ -259,24 +249,24 @@ func (e *Error) Error() string {
 	if e.Decision == Done {
 		why = "not retryable"
 	}
-	return "retryhttp: " + why + " after " + plural(e.Attempts, "attempt") + ": " + errStringFor(e.Err, e.url)
+	cause := strings.ReplaceAll(errStringFor(e.Err, e.url), prefix, "") // one prefix, this one
+	return prefix + why + " after " + plural(e.Attempts, "attempt") + ": " + cause
 }
+
+// prefix starts the text of every error of this package. An *Error's text
+// has it once: the causes it wraps, this package's own among them, lose
+// theirs there.
+const prefix = "retryhttp: "
 
 func (e *Error) Unwrap() error { return e.Err }
 
 // Timeout reports whether the request failed because time ran out: the
-// caller's deadline, Policy.Timeout, or an attempt that timed out
-// (ErrAttemptTimeout or a network timeout) and was not followed by a success.
-// It makes *Error a net.Error, so that (*url.Error).Timeout, which
-// http.Client's errors answer with, stays true where the base transport's
-// would be, as net/http documents.
+// caller's deadline, Policy.Timeout, or an attempt that timed out and was
+// not followed by a success. (*url.Error).Timeout reads it, so that an
+// http.Client's error reports a timeout where the base's would.
 func (e *Error) Timeout() bool {
 	return errors.Is(e.Err, ErrAttemptTimeout) || anyTimeout(e.Err)
 }
-
-// Temporary reports the same as Timeout. It exists to complete net.Error,
-// whose Temporary method is deprecated.
-func (e *Error) Temporary() bool { return e.Timeout() }
 
 func plural(n int, s string) string {
 	if n == 1 {
@@ -285,11 +275,11 @@ func plural(n int, s string) string {
 	return itoa(n) + " " + s + "s"
 }
 
-// errString renders err without the query string, fragment or user info of
-// any URL it carries: the text of each *url.Error in its chain is replaced by
-// a redacted one, and whatever wraps it is kept, unless a secret of one of
-// their URLs is still in the text (a wrapper printed it, or the url.Error
-// in another form): then the text is the first url.Error's, redacted, alone.
+// errString renders err without the query, fragment or user info of any
+// URL it carries. The text of each *url.Error in its chain is replaced by a
+// redacted one, and whatever wraps it is kept. A wrapper may still print a
+// secret of one of their URLs. The text is then the first url.Error's,
+// redacted, alone.
 func errString(err error) string {
 	if err == nil {
 		return "<nil>"
@@ -318,13 +308,13 @@ func errString(err error) string {
 	return full
 }
 
-// errStringFor renders err as errString does, and keeps the secrets of u,
-// the URL of the request err came from, out of text that names it other
-// than in a *url.Error: a base's own message ("GET <url> giving up") or a
+// errStringFor renders err as errString does. It also keeps the secrets of
+// u, the URL of the request err came from, out of text that names it other
+// than in a *url.Error: a base's own message ("GET <url> giving up"), or a
 // wrapper's. The URL is shown redacted, and each secret left elsewhere in
-// the text is replaced, unless it is too short to tell from the text's own
-// words (under minSecret bytes; a query value alone, under minReplaced) or
-// is part of what the redacted URL shows anyway (its scheme, host, path).
+// the text is replaced. A secret is left when it is too short to tell from
+// the text's own words: under minSecret bytes, or under minReplaced for a
+// query value alone. It is left when the redacted URL shows it anyway.
 func errStringFor(err error, u *url.URL) string {
 	s := errString(err)
 	if u == nil || u.User == nil && u.RawQuery == "" && u.Fragment == "" {
@@ -343,7 +333,7 @@ func errStringFor(err error, u *url.URL) string {
 }
 
 // minReplaced is the shortest query value errStringFor replaces on its own
-// wherever it appears: a shorter one (a state, a region, a page number)
+// wherever it appears. A shorter one (a state, a region, a page number)
 // would take words out of the message, and is rarely a credential. The
 // query as a whole is replaced from minSecret bytes.
 const minReplaced = 8
@@ -371,7 +361,7 @@ func urlCopy(u *url.URL) *url.URL {
 	return &c
 }
 
-// minSecret is the shortest query value urlSecrets counts as a secret: a
+// minSecret is the shortest query value urlSecrets counts as a secret. A
 // shorter one (a page number, a flag) would be found in any text, and keep
 // what wraps a url.Error out of it for nothing.
 const minSecret = 4
@@ -468,12 +458,12 @@ func method(r *http.Request) string {
 }
 
 // observe passes a to the hook, the log and the request's Report.
-func (t *Transport) observe(ctx context.Context, report *Report, budget RetryBudget, a Attempt, resp *http.Response) {
+func (t *Transport) observe(ctx context.Context, report *Report, budget Budget, a Attempt, resp *http.Response) {
 	if resp != nil {
 		a.Status = resp.StatusCode
 	}
 	if f, ok := budget.(interface{ Fallback() (bool, error) }); ok {
-		a.BudgetFallback, _ = f.Fallback()
+		a.budgetFallback, _ = f.Fallback()
 	}
 	report.add(a)
 	if t.OnAttempt != nil {

@@ -29,16 +29,16 @@ func TestOnAttemptReportsEveryAttempt(t *testing.T) {
 		tr := &Transport{Base: base, Policy: Policy{Rand: lowRand}, OnAttempt: func(a Attempt) { got = append(got, a) }}
 		roundTrip(t, tr, newReq(t, "POST", "x"))
 		want := []Attempt{
-			{Number: 1, Status: 429, Class: Throttling, Decision: Retry, Delay: time.Second, DelaySource: FromServer, Tokens: 500 - ThrottleRetryCost},
-			{Number: 2, Err: errReset, Class: Transient, Retrying: Throttling, Decision: Retry, Delay: 0, DelaySource: FromBackoff, Tokens: 500 - ThrottleRetryCost - RetryCost},
-			{Number: 3, Status: 200, Class: Success, Retrying: Transient, Decision: Done, Tokens: 500 - ThrottleRetryCost},
+			{Number: 1, Status: 429, Class: Throttling, Decision: Retry, Delay: time.Second, ServerDelay: true, tokens: 500 - ThrottleRetryCost},
+			{Number: 2, Err: errReset, Class: Transient, Retrying: Throttling, Decision: Retry, Delay: 0, ServerDelay: false, tokens: 500 - ThrottleRetryCost - RetryCost},
+			{Number: 3, Status: 200, Class: Success, Retrying: Transient, Decision: Done, tokens: 500 - ThrottleRetryCost},
 		}
 		if len(got) != len(want) {
 			t.Fatalf("got %d hook calls; want %d", len(got), len(want))
 		}
 		for i := range want {
 			g := got[i]
-			if g.Request == nil || g.Request.Header.Get(DefaultIdempotencyHeader) == "" {
+			if g.Request == nil || g.Request.Header.Get(defaultIdempotencyHeader) == "" {
 				t.Errorf("attempt %d: got no request with a key in the hook", i+1)
 			}
 			g.Request, g.url = nil, nil
@@ -92,7 +92,7 @@ func TestLogger(t *testing.T) {
 }
 
 func TestErrorStringRedactsURL(t *testing.T) {
-	err := &Error{Attempts: 2, Decision: StopBudget, Err: &url.Error{Op: "Post", URL: "https://u:p@api.test/v1?key=k", Err: errReset}}
+	err := &Error{Report: Report{Attempts: 2, Decision: StopBudget, Err: &url.Error{Op: "Post", URL: "https://u:p@api.test/v1?key=k", Err: errReset}}}
 	want := "retryhttp: retry budget exhausted after 2 attempts: Post https://api.test/v1: read tcp: connection reset by peer"
 	if got := err.Error(); got != want {
 		t.Errorf("got %q; want %q", got, want)
@@ -184,7 +184,7 @@ func TestSecretsStayOut(t *testing.T) {
 
 // fallbackBudget is a shared budget that says it pays from its local
 // fallback (as redisbudget's does while Redis is down).
-type fallbackBudget struct{ *Budget }
+type fallbackBudget struct{ *tokenBucket }
 
 func (fallbackBudget) Fallback() (bool, error) { return true, errors.New("store down") }
 
@@ -197,11 +197,11 @@ func TestBudgetFallbackReportedPerHost(t *testing.T) {
 		tr   func(base http.RoundTripper) *Transport
 	}{
 		{"Budget", func(base http.RoundTripper) *Transport {
-			return &Transport{Base: base, Policy: fast, Budget: fallbackBudget{NewBudget(500)}}
+			return &Transport{Base: base, Policy: fast, Budget: fallbackBudget{newTokenBucket(500)}}
 		}},
 		{"PerHost", func(base http.RoundTripper) *Transport {
 			return &Transport{Base: base, Policy: fast,
-				PerHost: &PerHost{Budget: func(string) RetryBudget { return fallbackBudget{NewBudget(500)} }}}
+				PerHost: &PerHost{Budget: func(string) Budget { return fallbackBudget{newTokenBucket(500)} }}}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -215,8 +215,8 @@ func TestBudgetFallbackReportedPerHost(t *testing.T) {
 			if len(seen) != 2 {
 				t.Fatalf("got %d attempts; want 2", len(seen))
 			}
-			if !seen[0].BudgetFallback {
-				t.Errorf("attempt 1: got BudgetFallback false; want true (the destination's budget is falling back)")
+			if !seen[0].budgetFallback {
+				t.Errorf("attempt 1: got budgetFallback false; want true (the destination's budget is falling back)")
 			}
 		})
 	}
@@ -242,7 +242,7 @@ func TestErrorTextKeepsWhatWrapsAURLError(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := &Error{Attempts: 1, Decision: StopCanceled, Err: tc.err}
+			err := &Error{Report: Report{Attempts: 1, Decision: StopCanceled, Err: tc.err}}
 			want := "retryhttp: canceled after 1 attempt: " + tc.want
 			if got := err.Error(); got != want {
 				t.Errorf("got %q; want %q", got, want)
@@ -283,7 +283,7 @@ func TestErrorTextNeverShowsAURLSecret(t *testing.T) {
 		{"joined", errors.Join(ue, fmt.Errorf("retry of %s: %w", raw, ue))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := (&Error{Attempts: 1, Decision: StopCanceled, Err: tc.err}).Error()
+			got := (&Error{Report: Report{Attempts: 1, Decision: StopCanceled, Err: tc.err}}).Error()
 			for _, secret := range []string{"pw", "token=secret", "frag", "k=v2"} {
 				if strings.Contains(got, secret) {
 					t.Errorf("got %q; want no %q in it", got, secret)
@@ -332,7 +332,7 @@ func TestErrorTextNeverShowsAURLSecretInOtherShapes(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			e := &Error{Attempts: 1, Decision: Done, Err: tc.err}
+			e := &Error{Report: Report{Attempts: 1, Decision: Done, Err: tc.err}}
 			if got := e.Error(); strings.Contains(got, secret) {
 				t.Errorf("Error() = %q; want no %q in it", got, secret)
 			}
@@ -387,8 +387,8 @@ func TestRetryingConsistent(t *testing.T) {
 					t.Fatal(err)
 				}
 				resp.Body.Close()
-				if len(hooked) != len(rep.Attempts) {
-					t.Fatalf("hook saw %d attempts, Report %d", len(hooked), len(rep.Attempts))
+				if len(hooked) != len(rep.History) {
+					t.Fatalf("hook saw %d attempts, Report %d", len(hooked), len(rep.History))
 				}
 				next := 1
 				for i, a := range hooked {
@@ -400,8 +400,8 @@ func TestRetryingConsistent(t *testing.T) {
 					if i > 0 {
 						want = hooked[i-1].Class
 					}
-					if a.Retrying != want || rep.Attempts[i].Retrying != want {
-						t.Errorf("attempt %d: Retrying %v (Report %v); want %v", i, a.Retrying, rep.Attempts[i].Retrying, want)
+					if a.Retrying != want || rep.History[i].Retrying != want {
+						t.Errorf("attempt %d: Retrying %v (Report %v); want %v", i, a.Retrying, rep.History[i].Retrying, want)
 					}
 				}
 			})
@@ -429,7 +429,7 @@ func TestErrorTextNeverShowsPartOfAQuery(t *testing.T) {
 		{"re-encoded query", fmt.Errorf("query %s: %w", u.Query().Encode(), ue)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := (&Error{Attempts: 1, Decision: Done, Err: tc.err}).Error()
+			got := (&Error{Report: Report{Attempts: 1, Decision: Done, Err: tc.err}}).Error()
 			if strings.Contains(got, "S3CRET") {
 				t.Errorf("got %q; want no %q in it", got, "S3CRET")
 			}
@@ -458,7 +458,7 @@ func TestErrorTextNeverShowsAUserNameOrFragmentValue(t *testing.T) {
 		_ = u
 		ue := &url.Error{Op: "Post", URL: tc.raw, Err: errors.New("EOF")}
 		err := fmt.Errorf("as %s (%w)", tc.shown, ue)
-		if got := (&Error{Attempts: 1, Decision: Done, Err: err}).Error(); strings.Contains(got, "S3CRET") {
+		if got := (&Error{Report: Report{Attempts: 1, Decision: Done, Err: err}}).Error(); strings.Contains(got, "S3CRET") {
 			t.Errorf("got %q; want no %q in it", got, "S3CRET")
 		}
 	}
@@ -553,10 +553,10 @@ func TestReportAttemptTextAfterTheCallerReusesItsRequest(t *testing.T) {
 	req = req.WithContext(WithReport(req.Context(), &rep))
 	tr.RoundTrip(req)
 	req.URL.RawQuery = "token=second-secret-2222"
-	if len(rep.Attempts) != 1 {
-		t.Fatalf("got %d attempts", len(rep.Attempts))
+	if len(rep.History) != 1 {
+		t.Fatalf("got %d attempts", len(rep.History))
 	}
-	if s := rep.Attempts[0].String(); strings.Contains(s, "first-secret") {
+	if s := rep.History[0].String(); strings.Contains(s, "first-secret") {
 		t.Errorf("Report's attempt, printed after the caller reused its request, carries the first token: %s", s)
 	}
 }
@@ -675,5 +675,68 @@ func TestErrorTextOfAShortQuery(t *testing.T) {
 	})
 	if !strings.Contains(got, "GET https://api.test/v1/items giving up") {
 		t.Errorf("Error() = %q; want the redacted URL in the text, whole", got)
+	}
+}
+
+// TestErrorTextHasOnePrefix checks that an *Error says "retryhttp:" once,
+// whatever its cause: a cause of this package's own keeps its prefix when
+// printed alone, not inside the Error's text.
+func TestErrorTextHasOnePrefix(t *testing.T) {
+	refused := func(r *http.Request) (*http.Response, error) {
+		return nil, CheckProxyConnect(r.Context(), r.URL, r, &http.Response{StatusCode: 403, Status: "403 Forbidden"})
+	}
+	inner := &Transport{Base: rht.NewTransport(rht.Status(503).Times(10)), Policy: Policy{MaxAttempts: 2, Rand: lowRand}}
+	for _, tc := range []struct {
+		name     string
+		tr       *Transport
+		prime    bool          // send a first request, answered 429, that starts the Limiter
+		within   time.Duration // the request's deadline, if not 0
+		cancelAt time.Duration // when the request is canceled, if not 0
+	}{
+		{name: "attempts exhausted on attempt timeouts", tr: &Transport{Base: rht.NewTransport(rht.Hang()),
+			Policy: Policy{AttemptTimeout: 500 * time.Millisecond, Rand: lowRand}}},
+		{name: "a base that returns neither a response nor an error",
+			tr: &Transport{Base: roundTripperFunc(func(*http.Request) (*http.Response, error) { return nil, nil })}},
+		{name: "a proxy's refusal", tr: &Transport{Base: roundTripperFunc(refused), Policy: Policy{Rand: lowRand}}},
+		{name: "no send permit", tr: &Transport{Base: rht.NewTransport(rht.Status(429), rht.Status(200)), Limiter: &RateLimiter{},
+			Policy: Policy{MaxAttempts: 1}}, prime: true, within: 5 * time.Millisecond},
+		{name: "a Transport over a Transport", tr: &Transport{Base: roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			resp, err := inner.RoundTrip(r)
+			if err == nil {
+				resp.Body.Close()
+				return nil, fmt.Errorf("wrapped: %w", &Error{Report: Report{Attempts: 2, Decision: StopAttempts, Err: ErrAttemptTimeout}})
+			}
+			return nil, err
+		}), Policy: Policy{MaxAttempts: 1}}},
+		{name: "canceled in a wait after an attempt timeout", tr: &Transport{Base: rht.NewTransport(rht.Hang()),
+			Policy: Policy{AttemptTimeout: 10 * time.Millisecond, Rand: highRand}}, cancelAt: 30 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				if tc.prime {
+					roundTrip(t, tc.tr, newReq(t, "GET", ""))
+				}
+				ctx := context.Background()
+				if tc.within > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tc.within)
+					defer cancel()
+				}
+				if tc.cancelAt > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithCancel(ctx)
+					defer cancel()
+					time.AfterFunc(tc.cancelAt, cancel)
+				}
+				resp, err := tc.tr.RoundTrip(newReq(t, "GET", "").WithContext(ctx))
+				if err == nil {
+					resp.Body.Close()
+					t.Fatal("got a response; want an error")
+				}
+				if n := strings.Count(err.Error(), "retryhttp:"); n != 1 {
+					t.Errorf("got %q: %d prefixes; want 1", err, n)
+				}
+			})
+		})
 	}
 }

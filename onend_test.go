@@ -83,25 +83,25 @@ func TestOnEndSeesEveryEnd(t *testing.T) {
 		within time.Duration   // the request's deadline, if not 0
 		cancel time.Duration   // when the request is canceled, if not 0
 		paused bool            // the Limiter is paused for 2 s by another request's 429
-		want   RequestEnd
+		want   requestEnd
 	}{
 		{name: "success", steps: []rht.Step{rht.Status(200).WithDelay(10 * time.Millisecond)},
-			want: RequestEnd{Attempts: 1, Decision: Done, Status: 200}},
+			want: requestEnd{Attempts: 1, Decision: Done}},
 		{name: "retried to a success", steps: []rht.Step{rht.Status(503), rht.RetryAfter(503, "1"), rht.Status(200)},
-			want: RequestEnd{Attempts: 3, Decision: Done, Status: 200}},
+			want: requestEnd{Attempts: 3, Decision: Done}},
 		{name: "attempts exhausted", steps: []rht.Step{rht.Status(503).Times(3)},
-			want: RequestEnd{Attempts: 3, Decision: StopAttempts, Status: 503}},
+			want: requestEnd{Attempts: 3, Decision: StopAttempts}},
 		{name: "not retryable", steps: []rht.Step{rht.Status(404)},
-			want: RequestEnd{Attempts: 1, Decision: Done, Status: 404}},
-		{name: "an unkeyed write's error", steps: []rht.Step{{Err: errReset}}, method: "POST", policy: Policy{NoIdempotencyKeys: true},
-			want: RequestEnd{Attempts: 1, Decision: StopNotIdempotent}},
+			want: requestEnd{Attempts: 1, Decision: Done}},
+		{name: "an unkeyed write's error", steps: []rht.Step{{Err: errReset}}, method: "POST", policy: Policy{NewIdempotencyKey: noKey},
+			want: requestEnd{Attempts: 1, Decision: StopNotIdempotent}},
 		{name: "canceled in the wait for a retry", steps: []rht.Step{rht.RetryAfter(503, "5")},
 			cancel: time.Second,
-			want:   RequestEnd{Attempts: 1, Decision: StopCanceled, Abandoned: true}},
+			want:   requestEnd{Attempts: 1, Decision: StopCanceled, Abandoned: true}},
 		{name: "canceled before its first attempt", steps: []rht.Step{rht.Status(200)}, ctx: canceled,
-			want: RequestEnd{Decision: StopCanceled, Abandoned: true}},
+			want: requestEnd{Decision: StopCanceled, Abandoned: true}},
 		{name: "no permit for its first attempt", steps: []rht.Step{rht.Status(200)}, paused: true, within: time.Second,
-			want: RequestEnd{Decision: StopRateLimited, Abandoned: true}},
+			want: requestEnd{Decision: StopRateLimited, Abandoned: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -114,13 +114,13 @@ func TestOnEndSeesEveryEnd(t *testing.T) {
 				}
 				var (
 					seen  []string // the hooks, in the order they ran
-					ends  []RequestEnd
+					ends  []requestEnd
 					attem []Attempt
 				)
 				tt.policy.Rand = lowRand
 				tr := &Transport{Base: rht.NewTransport(tt.steps...), Policy: tt.policy, Limiter: lim,
 					OnAttempt: func(a Attempt) { seen = append(seen, "attempt"); attem = append(attem, a) },
-					OnEnd:     func(e RequestEnd) { seen = append(seen, "end"); ends = append(ends, e) }}
+					OnEnd:     func(r *http.Request, e Report) { seen = append(seen, "end"); ends = append(ends, endOf(r, e)) }}
 				method := cmp.Or(tt.method, "GET")
 				req := newReq(t, method, "x")
 				ctx := cmp.Or(tt.ctx, context.Background())
@@ -145,7 +145,7 @@ func TestOnEndSeesEveryEnd(t *testing.T) {
 					t.Fatalf("OnEnd called %d times; want 1", len(ends))
 				}
 				got := ends[0]
-				checkEnd(t, got, req, resp, err, took)
+				checkEnd(t, got, attem, req, resp, err, took)
 				got.Request, got.Err, got.Duration = nil, nil, 0
 				if got != tt.want {
 					t.Errorf("got %+v; want %+v", got, tt.want)
@@ -161,20 +161,39 @@ func TestOnEndSeesEveryEnd(t *testing.T) {
 	}
 }
 
+// requestEnd is what OnEnd received: the request, and its Report without
+// History, which OnEnd never sees.
+type requestEnd struct {
+	Request   *http.Request
+	Attempts  int
+	Decision  Decision
+	Abandoned bool
+	Err       error
+	Duration  time.Duration
+}
+
+func endOf(req *http.Request, r Report) requestEnd {
+	return requestEnd{req, r.Attempts, r.Decision, r.Abandoned, r.Err, r.Duration}
+}
+
 // checkEnd checks what OnEnd got against what RoundTrip, called with req,
-// returned after took: the caller's request, the same error (an *Error
-// whose decision and attempts it repeats), the response's status, and the
-// duration.
-func checkEnd(t *testing.T, e RequestEnd, req *http.Request, resp *http.Response, err error, took time.Duration) {
+// returned after took: the caller's request, the same error's cause (an
+// *Error whose decision and attempts it repeats), the duration, and the
+// last attempt's status, the response's.
+func checkEnd(t *testing.T, e requestEnd, attempts []Attempt, req *http.Request, resp *http.Response, err error, took time.Duration) {
 	t.Helper()
 	if e.Request != req {
 		t.Errorf("got Request %p; want the caller's %p", e.Request, req)
 	}
-	if e.Err != err {
-		t.Errorf("got Err %v; want RoundTrip's %v", e.Err, err)
+	var cause error
+	if re := (*Error)(nil); errors.As(err, &re) {
+		cause = re.Err
 	}
-	if resp != nil && e.Status != resp.StatusCode || resp == nil && e.Status != 0 {
-		t.Errorf("got Status %d; want the returned response's (%v)", e.Status, resp)
+	if e.Err != cause {
+		t.Errorf("got Err %v; want the cause of RoundTrip's %v", e.Err, err)
+	}
+	if resp != nil && (len(attempts) == 0 || attempts[len(attempts)-1].Status != resp.StatusCode) {
+		t.Errorf("got attempts %v; want the last with the returned response's status (%v)", attempts, resp)
 	}
 	if e.Duration != took {
 		t.Errorf("got Duration %v; want %v", e.Duration, took)
@@ -218,10 +237,10 @@ func TestOnEndAgreesWithRoundTrip(t *testing.T) {
 				}
 				var seen []string
 				var atts []Attempt
-				var ends []RequestEnd
+				var ends []requestEnd
 				tr := &Transport{Base: base, Policy: p, Limiter: lim, PerHost: ph,
 					OnAttempt: func(a Attempt) { seen = append(seen, "a"); atts = append(atts, a) },
-					OnEnd:     func(e RequestEnd) { seen = append(seen, "e"); ends = append(ends, e) }}
+					OnEnd:     func(r *http.Request, e Report) { seen = append(seen, "e"); ends = append(ends, endOf(r, e)) }}
 				for i := 0; i < 20; i++ {
 					seen, atts, ends = nil, nil, nil
 					method := "GET"
@@ -253,7 +272,7 @@ func TestOnEndAgreesWithRoundTrip(t *testing.T) {
 						t.Errorf("req %d: hooks ran %v; want OnEnd last", i, seen)
 					}
 					e := ends[0]
-					checkEnd(t, e, req, resp, err, took)
+					checkEnd(t, e, atts, req, resp, err, took)
 					if len(atts) > 0 {
 						last := atts[len(atts)-1]
 						if last.Number+last.Hedges != e.Attempts {
@@ -306,7 +325,7 @@ func TestPanickingOnEndAtEveryExit(t *testing.T) {
 				if tc.hedge {
 					p.HedgeDelay, p.HedgeRatio = 100*time.Millisecond, 1
 				}
-				tr := &Transport{Policy: p, OnEnd: func(RequestEnd) { panic("end") }}
+				tr := &Transport{Policy: p, OnEnd: func(*http.Request, Report) { panic("end") }}
 				tr.Base = roundTripperFunc(func(r *http.Request) (*http.Response, error) {
 					mu.Lock()
 					ctxs = append(ctxs, r.Context())
@@ -354,7 +373,7 @@ func TestPanickingOnEndAtEveryExit(t *testing.T) {
 						t.Errorf("attempt %d's context still running", i+1)
 					}
 				}
-				if got, want := tr.BudgetInUse().Available(), DefaultBudgetTokens-tc.spent; got < want-1 || got > want {
+				if got, want := tr.budgetInUse().Available(), DefaultBudgetTokens-tc.spent; got < want-1 || got > want {
 					t.Errorf("got %d tokens; want %d (up to 1 fewer: failures deposit nothing)", got, want)
 				}
 			})

@@ -6,27 +6,20 @@ import (
 )
 
 // An Override changes how the Transport treats one request, without a
-// second client: a call that must not be retried, one that needs a longer
-// deadline or more attempts, one that must not be hedged. Attach it to the
-// request's context with WithOverride, as net/http/httptrace attaches a
-// ClientTrace.
+// second client. A call that must not be retried sets MaxAttempts to 1.
+// Attach it to the request's context with WithOverride, as
+// net/http/httptrace attaches a ClientTrace.
 //
-// A field left zero keeps the Transport's Policy. The request's Override
-// wins over the Policy, but never over what is shared: every retry it
-// allows is still paid from the budget, and every attempt still waits for
-// its send permit, so an Override can ask for more attempts but never for
-// more than the budget and the Limiter grant.
+// A field left zero keeps the Transport's Policy. The Override never wins
+// over what the Transport shares. Every retry is still paid from the
+// budget, and every attempt still waits for its send permit.
 type Override struct {
-	// NoRetries makes one attempt only, as MaxAttempts 1 does.
-	NoRetries bool
 	// MaxAttempts, if positive, replaces Policy.MaxAttempts.
 	MaxAttempts int
 	// Timeout, if positive, replaces Policy.Timeout.
 	Timeout time.Duration
 	// AttemptTimeout, if positive, replaces Policy.AttemptTimeout.
 	AttemptTimeout time.Duration
-	// NoHedging turns hedging off (Policy.HedgeDelay).
-	NoHedging bool
 }
 
 // WithOverride returns a copy of ctx that makes every Transport the request
@@ -66,9 +59,6 @@ func reportFrom(ctx context.Context) *Report { return requestFrom(ctx).report }
 func (o *Override) apply(maxAttempts int, timeout time.Duration) (int, time.Duration) {
 	if o.MaxAttempts > 0 {
 		maxAttempts = o.MaxAttempts
-	}
-	if o.NoRetries {
-		maxAttempts = 1
 	}
 	if o.Timeout > 0 {
 		timeout = o.Timeout

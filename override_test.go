@@ -23,9 +23,7 @@ func TestOverride(t *testing.T) {
 		decision Decision
 		took     time.Duration
 	}{
-		{"no retries", Policy{}, 500, Override{NoRetries: true},
-			[]rht.Step{rht.Status(503)}, 1, StopAttempts, 0},
-		{"no retries wins over MaxAttempts", Policy{}, 500, Override{NoRetries: true, MaxAttempts: 5},
+		{"no retries", Policy{}, 500, Override{MaxAttempts: 1},
 			[]rht.Step{rht.Status(503)}, 1, StopAttempts, 0},
 		{"more attempts", Policy{Rand: lowRand}, 500, Override{MaxAttempts: 5},
 			[]rht.Step{rht.Status(503)}, 5, StopAttempts, 0},
@@ -37,14 +35,12 @@ func TestOverride(t *testing.T) {
 			[]rht.Step{rht.Status(200).WithDelay(30 * time.Second)}, 1, Done, 30 * time.Second},
 		{"an AttemptTimeout", Policy{Rand: lowRand}, 500, Override{AttemptTimeout: 10 * time.Millisecond},
 			[]rht.Step{rht.Status(200).WithDelay(time.Hour), rht.Status(200)}, 2, Done, 10 * time.Millisecond},
-		{"no hedging", Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1}, 500, Override{NoHedging: true},
-			[]rht.Step{rht.Status(200).WithDelay(time.Second), rht.Status(200)}, 1, Done, time.Second},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				base := rht.NewTransport(tc.steps...)
-				tr := &Transport{Base: base, Policy: tc.policy, Budget: NewBudget(tc.budget)}
+				tr := &Transport{Base: base, Policy: tc.policy, Budget: newTokenBucket(tc.budget)}
 				var rep Report
 				req := newReq(t, "GET", "")
 				req = req.WithContext(WithReport(WithOverride(req.Context(), tc.override), &rep))
@@ -72,16 +68,16 @@ func TestOverrideAndReportTogether(t *testing.T) {
 			var rep Report
 			ctx := context.Background()
 			if order == "report first" {
-				ctx = WithOverride(WithReport(ctx, &rep), Override{NoRetries: true})
+				ctx = WithOverride(WithReport(ctx, &rep), Override{MaxAttempts: 1})
 			} else {
-				ctx = WithReport(WithOverride(ctx, Override{NoRetries: true}), &rep)
+				ctx = WithReport(WithOverride(ctx, Override{MaxAttempts: 1}), &rep)
 			}
 			base := rht.NewTransport(rht.Status(503))
 			tr := &Transport{Base: base}
 			roundTrip(t, tr, newReq(t, "GET", "").WithContext(ctx))
 			rht.AssertAttempts(t, base, 1)
-			if len(rep.Attempts) != 1 || rep.Decision != StopAttempts {
-				t.Errorf("got %d attempts in the Report, %v; want 1, attempts exhausted", len(rep.Attempts), rep.Decision)
+			if len(rep.History) != 1 || rep.Decision != StopAttempts {
+				t.Errorf("got %d attempts in the Report, %v; want 1, attempts exhausted", len(rep.History), rep.Decision)
 			}
 		})
 	}

@@ -6,11 +6,10 @@ import (
 	"net/http"
 )
 
-// PeekBody returns up to n bytes from the start of resp's body and puts them
-// back, so that whoever reads the body next (the caller, or the Transport's
-// drain) sees it whole. It is for classifiers that must look inside an error
-// body, such as AWS's 400 ThrottlingException: they read a bounded prefix,
-// never the whole body. A read error is returned with what was read, which
+// PeekBody returns up to n bytes from the start of resp's body and puts
+// them back. Whoever reads the body next sees it whole. It is for
+// classifiers that must look inside an error body, such as AWS's 400
+// ThrottlingException. A read error is returned with what was read, which
 // is put back too.
 func PeekBody(resp *http.Response, n int) ([]byte, error) {
 	if resp == nil || resp.Body == nil || resp.Body == http.NoBody || n <= 0 {

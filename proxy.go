@@ -6,37 +6,32 @@ import (
 	"net/url"
 )
 
-// A ProxyConnectError is a forward proxy's refusal to open a CONNECT tunnel
-// to the origin (any status but 200). Nothing reached the origin, so even a
-// write without an idempotency key may be retried; DefaultClassify reads the
-// status as it reads a response's: 502, 503 and 504 are Transient, 429 is
-// Throttling, the rest (407 Proxy Authentication Required among them) are
-// Permanent.
-//
-// net/http reports such a refusal as an error holding only the status text,
-// which cannot be told apart from other errors without matching free text;
-// CheckProxyConnect, installed as http.Transport.OnProxyConnectResponse,
-// reports it as a *ProxyConnectError instead.
-type ProxyConnectError struct {
+// A proxyConnectError is a forward proxy's refusal to open a CONNECT
+// tunnel to the origin: any status but 200. Nothing reached the origin, so
+// even a write without a key may be retried. DefaultClassify reads its
+// status as it reads a response's. net/http reports such a refusal as free
+// text; CheckProxyConnect reports it as a *proxyConnectError instead.
+type proxyConnectError struct {
 	// StatusCode is the proxy's status code, e.g. 503.
 	StatusCode int
 	// Status is its status line, e.g. "503 Service Unavailable".
 	Status string
 }
 
-func (e *ProxyConnectError) Error() string {
+func (e *proxyConnectError) Error() string {
 	return "retryhttp: proxy refused CONNECT: " + e.Status
 }
 
-// CheckProxyConnect has the signature of http.Transport.OnProxyConnectResponse:
-// it turns a proxy's refusal of a CONNECT tunnel into a *ProxyConnectError.
-// The Transport's default base has it; set it on a base of your own that
-// goes through a proxy:
+// CheckProxyConnect is an http.Transport.OnProxyConnectResponse. It turns
+// a proxy's refusal of a CONNECT tunnel into an error that DefaultClassify
+// reads by its status. Nothing reached the origin, so even a write without
+// a key may be retried. The Transport's default base has it. Set it on a
+// base of your own that goes through a proxy:
 //
 //	base := &http.Transport{Proxy: http.ProxyFromEnvironment, OnProxyConnectResponse: retryhttp.CheckProxyConnect}
 func CheckProxyConnect(_ context.Context, _ *url.URL, _ *http.Request, resp *http.Response) error {
 	if resp.StatusCode == http.StatusOK { // net/http accepts 200 only
 		return nil
 	}
-	return &ProxyConnectError{StatusCode: resp.StatusCode, Status: resp.Status}
+	return &proxyConnectError{StatusCode: resp.StatusCode, Status: resp.Status}
 }

@@ -32,7 +32,7 @@ func TestProxyFailuresBeforeTheOrigin(t *testing.T) {
 			return up, nil
 		}}
 		defer base.CloseIdleConnections()
-		tr := &Transport{Base: base, Policy: Policy{BaseDelay: time.Millisecond, NoIdempotencyKeys: true}}
+		tr := &Transport{Base: base, Policy: Policy{BaseDelay: time.Millisecond, NewIdempotencyKey: noKey}}
 		var rep Report
 		req := mustReq(t, "POST", "http://origin.test/charge")
 		req = req.WithContext(WithReport(req.Context(), &rep))
@@ -40,10 +40,10 @@ func TestProxyFailuresBeforeTheOrigin(t *testing.T) {
 		if err != nil || code != 200 {
 			t.Fatalf("got (%d, %v); want 200 through the proxy on the retry", code, err)
 		}
-		if len(rep.Attempts) != 2 || effects.Load() != 1 {
-			t.Errorf("got %d attempts and %d effects; want 2 and 1", len(rep.Attempts), effects.Load())
+		if len(rep.History) != 2 || effects.Load() != 1 {
+			t.Errorf("got %d attempts and %d effects; want 2 and 1", len(rep.History), effects.Load())
 		}
-		if err := rep.Attempts[0].Err; opError(err, "proxyconnect") == nil || !neverSent(err) {
+		if err := rep.History[0].Err; opError(err, "proxyconnect") == nil || !neverSent(err) {
 			t.Errorf("first attempt: got %v; want a proxyconnect error that proves nothing was sent", err)
 		}
 	})
@@ -72,7 +72,7 @@ func TestProxyFailuresBeforeTheOrigin(t *testing.T) {
 		base.Proxy = http.ProxyURL(proxyURL)
 		base.OnProxyConnectResponse = CheckProxyConnect
 		defer base.CloseIdleConnections()
-		tr := &Transport{Base: base, Policy: Policy{BaseDelay: time.Millisecond, NoIdempotencyKeys: true}}
+		tr := &Transport{Base: base, Policy: Policy{BaseDelay: time.Millisecond, NewIdempotencyKey: noKey}}
 		var rep Report
 		req := mustReq(t, "POST", srv.URL)
 		req = req.WithContext(WithReport(req.Context(), &rep))
@@ -83,9 +83,9 @@ func TestProxyFailuresBeforeTheOrigin(t *testing.T) {
 		if connects.Load() != 2 || origin.Load() != 1 {
 			t.Errorf("got %d CONNECTs and %d origin requests; want 2 and 1", connects.Load(), origin.Load())
 		}
-		var pe *ProxyConnectError
-		if first := rep.Attempts[0]; !errors.As(first.Err, &pe) || pe.StatusCode != 503 || first.Class != Transient {
-			t.Errorf("first attempt: got %v (%v); want a Transient *ProxyConnectError with status 503", first.Err, first.Class)
+		var pe *proxyConnectError
+		if first := rep.History[0]; !errors.As(first.Err, &pe) || pe.StatusCode != 503 || first.Class != Transient {
+			t.Errorf("first attempt: got %v (%v); want a Transient *proxyConnectError with status 503", first.Err, first.Class)
 		}
 	})
 	t.Run("CONNECT statuses", func(t *testing.T) {

@@ -572,7 +572,7 @@ func TestRetryAfterPauses(t *testing.T) {
 func TestRetryWithoutPermitReturnsTheResponse(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := &server{answer: func(int, time.Time) (int, http.Header) { return http.StatusTooManyRequests, nil }}
-		budget := retryhttp.NewBudget(500)
+		budget := retryhttp.NewTokenBucket(500)
 		tr := &retryhttp.Transport{Base: srv, Limiter: &retryhttp.RateLimiter{}, Budget: budget,
 			Policy: retryhttp.Policy{Timeout: 100 * time.Millisecond}}
 		if code, err := get(tr, context.Background()); code != http.StatusTooManyRequests || err != nil {

@@ -8,14 +8,15 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/herdproof/retryhttp/internal/ratio"
 	rht "github.com/herdproof/retryhttp/retryhttptest"
 )
 
 // drain withdraws until the budget refuses and returns how many it allowed.
-func drain(b RetryBudget) int {
+func drain(b Budget) int {
 	n := 0
 	for {
-		if _, ok := b.Withdraw(Transient); !ok {
+		if _, ok := b.Withdraw(ctxBG, Transient); !ok {
 			return n
 		}
 		n++
@@ -24,7 +25,7 @@ func drain(b RetryBudget) int {
 
 // drainFor drains once a second for the given seconds, and returns the
 // total allowed.
-func drainFor(b RetryBudget, seconds int) int {
+func drainFor(b Budget, seconds int) int {
 	n := 0
 	for range seconds {
 		n += drain(b)
@@ -39,39 +40,39 @@ func TestRatioBudget(t *testing.T) {
 		run  func(t *testing.T) (got, want int)
 	}{
 		{"1,000 requests, then an outage: 10% of them over the window", func(t *testing.T) (int, int) {
-			b := &RatioBudget{MinPerSecond: -1}
+			b := &ratioBudget{ratio.Budget{PerSecond: -1}}
 			for range 1000 {
 				b.Deposit(false)
 			}
 			return drainFor(b, 10), 100
 		}},
 		{"no burst: at most twice a slot's share at once", func(t *testing.T) (int, int) {
-			b := &RatioBudget{MinPerSecond: -1}
+			b := &ratioBudget{ratio.Budget{PerSecond: -1}}
 			for range 1000 {
 				b.Deposit(false)
 			}
 			return drain(b), 20
 		}},
 		{"quiet client: the minimum per second, sustained", func(t *testing.T) (int, int) {
-			b := &RatioBudget{} // 10% and 10 a second over 10 s
+			b := &ratioBudget{} // 10% and 10 a second over 10 s
 			return drainFor(b, 60), 600
 		}},
 		{"low traffic: the ratio and the minimum add up", func(t *testing.T) (int, int) {
-			b := &RatioBudget{MinPerSecond: 1} // 10% plus 1 a second
+			b := &ratioBudget{ratio.Budget{PerSecond: 1}} // 10% plus 1 a second
 			for range 300 {
 				b.Deposit(true)
 			}
 			return drainFor(b, 9), 40 // 0.1·300 + 1·10, all inside the window
 		}},
 		{"a custom ratio and window", func(t *testing.T) (int, int) {
-			b := &RatioBudget{Ratio: 0.2, MinPerSecond: 1, Window: 5 * time.Second}
+			b := &ratioBudget{ratio.Budget{Ratio: 0.2, PerSecond: 1, Window: 5 * time.Second}}
 			for range 200 {
 				b.Deposit(false)
 			}
 			return drain(b), 9 // 2·(0.2·200 + 1·5)/10 at once
 		}},
 		{"deposits expire after the window", func(t *testing.T) (int, int) {
-			b := &RatioBudget{MinPerSecond: -1}
+			b := &ratioBudget{ratio.Budget{PerSecond: -1}}
 			for range 1000 {
 				b.Deposit(true)
 			}
@@ -79,7 +80,7 @@ func TestRatioBudget(t *testing.T) {
 			return drain(b), 0
 		}},
 		{"deposits still count just inside the window", func(t *testing.T) (int, int) {
-			b := &RatioBudget{MinPerSecond: -1}
+			b := &ratioBudget{ratio.Budget{PerSecond: -1}}
 			for range 1000 {
 				b.Deposit(true)
 			}
@@ -87,7 +88,7 @@ func TestRatioBudget(t *testing.T) {
 			return drain(b), 20
 		}},
 		{"retries expire too: the budget recovers", func(t *testing.T) (int, int) {
-			b := &RatioBudget{MinPerSecond: -1}
+			b := &ratioBudget{ratio.Budget{PerSecond: -1}}
 			for range 1000 {
 				b.Deposit(false)
 			}
@@ -99,15 +100,15 @@ func TestRatioBudget(t *testing.T) {
 			return drain(b), 10 // 2·0.1·500/10
 		}},
 		{"an unsent retry is refunded, a sent one is not", func(t *testing.T) (int, int) {
-			b := &RatioBudget{MinPerSecond: -1}
+			b := &ratioBudget{ratio.Budget{PerSecond: -1}}
 			for range 200 {
 				b.Deposit(false)
 			}
-			c1, _ := b.Withdraw(Transient)
-			c2, _ := b.Withdraw(Throttling)
-			b.Refund(c1, false) // never sent
-			b.Refund(c2, true)  // succeeded: it was load all the same
-			return drain(b), 3  // 4 a slot, one still counted
+			c1, _ := b.Withdraw(ctxBG, Transient)
+			c2, _ := b.Withdraw(ctxBG, Throttling)
+			c1(false)          // never sent
+			c2(true)           // succeeded: it was load all the same
+			return drain(b), 3 // 4 a slot, one still counted
 		}},
 	}
 	for _, tc := range tests {
@@ -123,11 +124,11 @@ func TestRatioBudget(t *testing.T) {
 
 func TestRatioBudgetAvailable(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := &RatioBudget{MinPerSecond: -1}
+		b := &ratioBudget{ratio.Budget{PerSecond: -1}}
 		for range 1000 {
 			b.Deposit(false)
 		}
-		b.Withdraw(Transient)
+		b.Withdraw(ctxBG, Transient)
 		if got := b.Available(); got != 99 {
 			t.Errorf("got %d available; want 99 (over the window)", got)
 		}
@@ -140,7 +141,7 @@ func TestRatioBudgetUnderContention(t *testing.T) {
 	// slot's cap of the 500 (100), give or take one per concurrent
 	// withdrawer.
 	synctest.Test(t, func(t *testing.T) {
-		b := &RatioBudget{MinPerSecond: -1}
+		b := &ratioBudget{ratio.Budget{PerSecond: -1}}
 		var wg sync.WaitGroup
 		for range 50 {
 			wg.Go(func() {
@@ -173,7 +174,7 @@ func TestRatioBudgetThroughTheTransport(t *testing.T) {
 	// request in ten, 1.1 attempts a request, as the SRE book says.
 	synctest.Test(t, func(t *testing.T) {
 		base := rht.NewTransport(rht.Status(503))
-		tr := &Transport{Base: base, Budget: &RatioBudget{MinPerSecond: -1}, Policy: Policy{Rand: lowRand}}
+		tr := &Transport{Base: base, Budget: &ratioBudget{ratio.Budget{PerSecond: -1}}, Policy: Policy{Rand: lowRand}}
 		var after10 int
 		for i := range 6000 {
 			if i == 1000 {
@@ -189,15 +190,15 @@ func TestRatioBudgetThroughTheTransport(t *testing.T) {
 }
 
 func TestNilPointerBudget(t *testing.T) {
-	// A nil *Budget in the interface field means the default, not a panic.
+	// A nil pointer in the interface field means the default, not a panic.
 	synctest.Test(t, func(t *testing.T) {
-		var b *Budget
+		var b *tokenBucket
 		tr := &Transport{Base: rht.NewTransport(rht.Status(503), rht.Status(200)), Budget: b}
 		code, _, err := roundTrip(t, tr, newReq(t, "GET", ""))
 		if err != nil || code != 200 {
 			t.Fatalf("got (%d, %v); want 200 after a retry", code, err)
 		}
-		if got := tr.BudgetInUse().Available(); got != DefaultBudgetTokens {
+		if got := tr.budgetInUse().Available(); got != DefaultBudgetTokens {
 			t.Errorf("got %d tokens; want %d (a private default bucket, refunded)", got, DefaultBudgetTokens)
 		}
 	})
@@ -212,17 +213,18 @@ func TestRatioBudgetNonFiniteSettings(t *testing.T) {
 	// NaN and infinite settings mean the defaults: as many retries as the
 	// zero RatioBudget allows, never all of them.
 	nan, inf := math.NaN(), math.Inf(1)
-	for _, b := range []*RatioBudget{
-		{Ratio: nan}, {Ratio: inf}, {Ratio: -inf}, {MinPerSecond: nan}, {MinPerSecond: inf}, {MinPerSecond: -inf},
+	for _, b := range []*ratioBudget{
+		{ratio.Budget{Ratio: nan}}, {ratio.Budget{Ratio: inf}}, {ratio.Budget{Ratio: -inf}},
+		{ratio.Budget{PerSecond: nan}}, {ratio.Budget{PerSecond: inf}}, {ratio.Budget{PerSecond: -inf}},
 	} {
-		t.Run(fmt.Sprintf("Ratio %v MinPerSecond %v", b.Ratio, b.MinPerSecond), func(t *testing.T) {
+		t.Run(fmt.Sprintf("Ratio %v MinPerSecond %v", b.Ratio, b.PerSecond), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				var zero RatioBudget
+				var zero ratioBudget
 				for range 100 {
 					b.Deposit(true)
 					zero.Deposit(true)
 				}
-				if b.Ratio == -inf || b.MinPerSecond == -inf {
+				if b.Ratio == -inf || b.PerSecond == -inf {
 					return // negative: none, as documented
 				}
 				if got, want := b.Available(), zero.Available(); got != want {
@@ -243,7 +245,7 @@ func TestRatioBudgetOldSlotsNeverComeBack(t *testing.T) {
 	for _, ago := range []int64{1 << 24, 1 << 40} {
 		t.Run(fmt.Sprintf("%d slots ago", ago), func(t *testing.T) {
 			c := &clock{time.Unix(1_800_000_000, 0)}
-			b := &RatioBudget{MinPerSecond: -1, Window: 10 * time.Millisecond, Now: c.Now}
+			b := &ratioBudget{ratio.Budget{PerSecond: -1, Window: 10 * time.Millisecond, Now: c.Now}}
 			for range 1000 {
 				b.Deposit(true)
 			}
@@ -268,7 +270,7 @@ func TestRatioBudgetClockSteppedBack(t *testing.T) {
 	// allows no more than the window's allowance, until the clock passes it
 	// again.
 	c := &clock{time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)}
-	b := &RatioBudget{Now: c.Now} // 10%, 10 a second over 10 s
+	b := &ratioBudget{ratio.Budget{Now: c.Now}} // 10%, 10 a second over 10 s
 	for range 100 {
 		b.Deposit(true)
 	}
@@ -279,7 +281,7 @@ func TestRatioBudgetClockSteppedBack(t *testing.T) {
 	}
 	got := 0
 	for range 20000 { // bounded: a budget that fails open never refuses
-		if _, ok := b.Withdraw(Transient); ok {
+		if _, ok := b.Withdraw(ctxBG, Transient); ok {
 			got++
 		}
 	}
@@ -299,13 +301,13 @@ func TestRatioBudgetDelayedCallerKeepsNewerSlot(t *testing.T) {
 	// A caller that read the clock a whole window ago and counts only now
 	// must not reset the slot a newer count has taken over.
 	c := &clock{time.Unix(1_800_000_000, 0)}
-	b := &RatioBudget{MinPerSecond: -1, Now: c.Now}
+	b := &ratioBudget{ratio.Budget{PerSecond: -1, Now: c.Now}}
 	for range 100 {
 		b.Deposit(true)
 	}
-	c.now = c.now.Add(-DefaultRatioWindow) // the delayed caller's clock
+	c.now = c.now.Add(-ratio.DefaultWindow) // the delayed caller's clock
 	b.Deposit(true)
-	c.now = c.now.Add(DefaultRatioWindow)
+	c.now = c.now.Add(ratio.DefaultWindow)
 	if got := b.Available(); got != 10 {
 		t.Errorf("got %d available; want 10 (101 requests in the window)", got)
 	}
@@ -315,17 +317,17 @@ func TestRatioBudgetRefundGoesToItsSlot(t *testing.T) {
 	// A retry counted in one slot and refunded in the next gives its count
 	// back to the slot that counted it.
 	c := &clock{time.Unix(1_800_000_000, 0)}
-	b := &RatioBudget{MinPerSecond: -1, Now: c.Now}
+	b := &ratioBudget{ratio.Budget{PerSecond: -1, Now: c.Now}}
 	for range 1000 {
 		b.Deposit(true)
 	}
-	tk, ok := b.Withdraw(Transient)
+	tk, ok := b.Withdraw(ctxBG, Transient)
 	if !ok {
 		t.Fatal("the retry was refused")
 	}
 	before := b.Available()
 	c.now = c.now.Add(time.Second) // the next slot
-	tk.Payer.Refund(tk, false)
+	tk(false)
 	if got := b.Available(); got != before+1 {
 		t.Errorf("got %d available after the refund; want %d", got, before+1)
 	}
@@ -335,21 +337,21 @@ func TestRatioBudgetRefundGoesToItsSlot(t *testing.T) {
 // slot, and its refund goes to that slot.
 func TestRatioBudgetDelayedWithdrawRefundsItsSlot(t *testing.T) {
 	c := &clock{time.Unix(1_800_000_000, 0)}
-	b := &RatioBudget{Now: c.Now}
+	b := &ratioBudget{ratio.Budget{Now: c.Now}}
 	for range 1000 {
 		b.Deposit(true)
 	}
-	if _, ok := b.Withdraw(Transient); !ok { // a retry now: its slot holds the current number
+	if _, ok := b.Withdraw(ctxBG, Transient); !ok { // a retry now: its slot holds the current number
 		t.Fatal("the first retry was refused")
 	}
-	c.now = c.now.Add(-DefaultRatioWindow) // the delayed caller's clock
-	tk, ok := b.Withdraw(Transient)
-	c.now = c.now.Add(DefaultRatioWindow)
+	c.now = c.now.Add(-ratio.DefaultWindow) // the delayed caller's clock
+	tk, ok := b.Withdraw(ctxBG, Transient)
+	c.now = c.now.Add(ratio.DefaultWindow)
 	if !ok {
 		t.Fatal("the delayed retry was refused")
 	}
 	before := b.Available()
-	tk.Payer.Refund(tk, false) // never sent
+	tk(false) // never sent
 	if got := b.Available(); got != before+1 {
 		t.Errorf("got %d available after refunding the delayed retry; want %d (it was counted in the current slot)", got, before+1)
 	}
@@ -359,10 +361,10 @@ func TestRatioBudgetDelayedWithdrawRefundsItsSlot(t *testing.T) {
 // MaxInt retries left: int of such a float is undefined (MinInt64 on
 // amd64).
 func TestRatioBudgetAvailableHuge(t *testing.T) {
-	for _, b := range []*RatioBudget{{MinPerSecond: 1e300}, {MinPerSecond: math.MaxFloat64}, {Ratio: math.MaxFloat64}} {
+	for _, b := range []*ratioBudget{{ratio.Budget{PerSecond: 1e300}}, {ratio.Budget{PerSecond: math.MaxFloat64}}, {ratio.Budget{Ratio: math.MaxFloat64}}} {
 		b.Deposit(true)
 		if got := b.Available(); got != math.MaxInt {
-			t.Errorf("RatioBudget{Ratio: %v, MinPerSecond: %v}.Available() = %d; want MaxInt", b.Ratio, b.MinPerSecond, got)
+			t.Errorf("ratioBudget{Ratio: %v, PerSecond: %v}.Available() = %d; want MaxInt", b.Ratio, b.PerSecond, got)
 		}
 	}
 }
@@ -371,7 +373,7 @@ func TestRatioBudgetAvailableHuge(t *testing.T) {
 // to +Inf saturates at MaxInt; an empty window is MinPerSecond·Window.
 func TestRatioBudgetAvailableEdges(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := &RatioBudget{Ratio: math.MaxFloat64, MinPerSecond: -1}
+		b := &ratioBudget{ratio.Budget{Ratio: math.MaxFloat64, PerSecond: -1}}
 		if got := b.Available(); got != 0 {
 			t.Errorf("no requests: got %d; want 0", got)
 		}
@@ -380,12 +382,12 @@ func TestRatioBudgetAvailableEdges(t *testing.T) {
 		if got := b.Available(); got != math.MaxInt {
 			t.Errorf("an infinite allowance: got %d; want MaxInt", got)
 		}
-		if _, ok := b.Withdraw(Transient); !ok {
+		if _, ok := b.Withdraw(ctxBG, Transient); !ok {
 			t.Error("an infinite allowance refused a retry")
 		}
-		b2 := &RatioBudget{MinPerSecond: math.MaxFloat64, Window: time.Duration(math.MaxInt64)}
+		b2 := &ratioBudget{ratio.Budget{PerSecond: math.MaxFloat64, Window: time.Duration(math.MaxInt64)}}
 		if got := b2.Available(); got != math.MaxInt {
-			t.Errorf("a huge MinPerSecond: got %d; want MaxInt", got)
+			t.Errorf("a huge perSecond: got %d; want MaxInt", got)
 		}
 	})
 }

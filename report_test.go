@@ -12,7 +12,7 @@ import (
 func TestReport(t *testing.T) {
 	t.Run("a 503 returned after the budget ran out", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			tr := &Transport{Base: rht.NewTransport(rht.Status(503)), Budget: NewBudget(RetryCost), Policy: Policy{Rand: highRand}}
+			tr := &Transport{Base: rht.NewTransport(rht.Status(503)), Budget: newTokenBucket(RetryCost), Policy: Policy{Rand: highRand}}
 			var rep Report
 			req := newReq(t, "GET", "")
 			req = req.WithContext(WithReport(req.Context(), &rep))
@@ -20,11 +20,11 @@ func TestReport(t *testing.T) {
 			if err != nil || code != 503 {
 				t.Fatalf("got (%d, %v); want the 503 with a nil error", code, err)
 			}
-			if rep.Decision != StopBudget || len(rep.Attempts) != 2 || rep.Retries() != 1 || rep.Waited != 50*time.Millisecond {
-				t.Errorf("got decision %v, %d attempts, %d retries, waited %v; want StopBudget, 2, 1, 50ms",
-					rep.Decision, len(rep.Attempts), rep.Retries(), rep.Waited)
+			if rep.Decision != StopBudget || len(rep.History) != 2 || rep.Attempts != 2 || rep.Duration != 50*time.Millisecond {
+				t.Errorf("got decision %v, %d attempts listed, %d made, took %v; want StopBudget, 2, 2, the 50ms wait",
+					rep.Decision, len(rep.History), rep.Attempts, rep.Duration)
 			}
-			if a := rep.Attempts[0]; a.Status != 503 || a.Decision != Retry || a.Delay != 50*time.Millisecond {
+			if a := rep.History[0]; a.Status != 503 || a.Decision != Retry || a.Delay != 50*time.Millisecond {
 				t.Errorf("attempt 1: got %v; want 503 -> retry in 50ms", a)
 			}
 		})
@@ -40,8 +40,8 @@ func TestReport(t *testing.T) {
 			if _, err := tr.RoundTrip(req); err == nil {
 				t.Fatal("got a response; want an error")
 			}
-			if rep.Decision != StopCanceled || len(rep.Attempts) != 1 || rep.Waited != 0 {
-				t.Errorf("got %v after %d attempts, waited %v; want StopCanceled after 1, waited 0", rep.Decision, len(rep.Attempts), rep.Waited)
+			if rep.Decision != StopCanceled || len(rep.History) != 1 || !rep.Abandoned {
+				t.Errorf("got %v after %d attempts, abandoned %v; want StopCanceled after 1, abandoned in the wait", rep.Decision, len(rep.History), rep.Abandoned)
 			}
 		})
 	})

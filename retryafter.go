@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// Headers by which a server asks for a delay before the next attempt, in the
-// order they are consulted: the millisecond forms are more precise, so they
+// Headers by which a server asks for a delay before the next attempt, in
+// the order they are read. The millisecond forms are more precise, so they
 // win when they hold a valid value.
 const (
 	headerAmzRetryAfter = "X-Amz-Retry-After" // milliseconds, sent by AWS services
@@ -16,21 +16,19 @@ const (
 	headerRetryAfter    = "Retry-After"       // RFC 9110 §10.2.3: delay-seconds or an HTTP-date
 )
 
-// ParseRetryAfter returns the delay a response's headers ask for before the
+// parseRetryAfter returns the delay a response's headers ask for before the
 // next attempt, and whether they ask for one.
 //
-// It reads x-amz-retry-after and retry-after-ms (non-negative integers of
-// milliseconds), then Retry-After (RFC 9110 §10.2.3: non-negative integer
-// seconds, or an HTTP-date in IMF-fixdate, RFC 850 or asctime form), and
-// returns the first valid one. A date is measured from now; a date in the
-// past asks for no wait (0, true). A header present more than once with
-// different values, or holding anything else (a sign, a fraction, a unit,
-// letters, a malformed date), is invalid and skipped. A number too large for
-// a time.Duration is valid: it asks for the longest wait there is, which no
-// Policy honours, so the response goes back to the caller.
+// It reads x-amz-retry-after and retry-after-ms, in milliseconds, then
+// Retry-After (RFC 9110 §10.2.3), in seconds or as an HTTP-date. It returns
+// the first valid one. A date is measured from now. A date in the past asks
+// for no wait (0, true). A header present twice with different values is
+// invalid, and so is anything else: a sign, a fraction, a unit, a malformed
+// date. A number too large for a time.Duration asks for the longest wait
+// there is. No Policy honours it, so the response goes back to the caller.
 //
 // The returned duration is never negative.
-func ParseRetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
+func parseRetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 	if d, ok := parseDelay(h[headerAmzRetryAfter], time.Millisecond); ok {
 		return d, true
 	}
@@ -59,8 +57,8 @@ func ParseRetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 }
 
 // rfc850Year reads the two-digit year of an RFC 850 date t as RFC 9110
-// §5.6.7 requires (time.Parse puts it between 1969 and 2068): the latest
-// year with those last two digits that is not more than 50 years after now.
+// §5.6.7 requires. It is the latest year with those last two digits that is
+// not more than 50 years after now. time.Parse puts it in 1969 to 2068.
 func rfc850Year(t, now time.Time) time.Time {
 	limit := now.AddDate(50, 0, 0)
 	in := func(y int) time.Time {
@@ -114,19 +112,16 @@ func parseDelay(vs []string, unit time.Duration) (time.Duration, bool) {
 	return time.Duration(n) * unit, true
 }
 
-// serverSpread is how much later than a server's delay sd a retry may come:
-// up to 10% more than asked, so that clients told the same number do not
-// all come back in the same instant, and at least BaseDelay, so that
-// "Retry-After: 0" sent to a crowd does not bring it back in one instant
-// either.
+// serverSpread is how much later than a server's delay sd a retry may
+// come. Up to 10% more than asked spreads clients told the same number. At
+// least BaseDelay spreads a crowd told "Retry-After: 0".
 func (p *Policy) serverSpread(sd time.Duration) time.Duration {
 	return max(sd/10, p.baseDelay(Transient))
 }
 
 // serverPause is how long a response's delay d pauses a RateLimiter: d
-// within MaxServerDelay, or nothing for a delay no retry could wait out,
-// whose spread would overflow a Duration: a pause the Transport cannot
-// honour would stop every request for centuries.
+// within MaxServerDelay. A delay whose spread would overflow a Duration
+// pauses nothing: no retry could wait it out.
 func serverPause(p *Policy, d time.Duration) time.Duration {
 	d = min(d, p.maxServerDelay())
 	if d+p.serverSpread(d) < d {
@@ -141,5 +136,5 @@ func serverDelay(p *Policy, resp *http.Response, now time.Time) (time.Duration, 
 	if resp == nil || p.MaxServerDelay < 0 {
 		return 0, false
 	}
-	return ParseRetryAfter(resp.Header, now)
+	return parseRetryAfter(resp.Header, now)
 }

@@ -51,7 +51,7 @@ func TestParseRetryAfter(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := ParseRetryAfter(tc.header, now)
+			got, ok := parseRetryAfter(tc.header, now)
 			if got != tc.want || ok != tc.ok {
 				t.Errorf("got (%v, %v); want (%v, %v)", got, ok, tc.want, tc.ok)
 			}
@@ -138,7 +138,7 @@ func TestBadServerDelays(t *testing.T) {
 								t.Errorf("got wait %v; want %v", gap, end.wait)
 							}
 						}
-						if got := hooks[0].DelaySource == FromServer; got != w.fromServer {
+						if got := hooks[0].ServerDelay; got != w.fromServer {
 							t.Errorf("got delay from server %v; want %v", got, w.fromServer)
 						}
 						if w.attempts == 1 && hooks[0].Decision != StopServerDelay {
@@ -171,9 +171,9 @@ func TestParseRetryAfterRFC850Years(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := http.Header{"Retry-After": {tt.value}}
-			got, ok := ParseRetryAfter(h, tt.now)
+			got, ok := parseRetryAfter(h, tt.now)
 			if !ok || got != tt.want {
-				t.Errorf("ParseRetryAfter(%q) at %v = %v, %v; want %v, true", tt.value, tt.now, got, ok, tt.want)
+				t.Errorf("parseRetryAfter(%q) at %v = %v, %v; want %v, true", tt.value, tt.now, got, ok, tt.want)
 			}
 		})
 	}

@@ -1,25 +1,26 @@
 // Package retryhttp retries failed HTTP calls without making the failure
 // worse.
 //
-// A Transport wraps any http.RoundTripper. It retries only what is worth
-// retrying (502, 503 and 504, 429 as throttling, network errors before a
-// response), waits with capped full-jitter exponential backoff unless the
-// server asks for a delay, sends one Idempotency-Key on every attempt of a
-// POST or PATCH, pays for each retry from a token Budget so that an outage
-// is not multiplied by retries, and keeps every attempt and wait inside one
-// deadline.
+// A Transport wraps any http.RoundTripper. It retries 502, 503 and 504,
+// 429 as throttling, and network errors before a response. It waits with
+// capped full-jitter backoff, unless the server asks for a delay. Every
+// attempt of a POST or PATCH carries one Idempotency-Key. Each retry is paid
+// from a Budget, so that an outage is not multiplied by retries. Every
+// attempt and wait stays inside one deadline.
 //
-//	client := &http.Client{Transport: &retryhttp.Transport{}}
+//	client := &http.Client{Transport: &retryhttp.Transport{
+//		Policy: retryhttp.Policy{Timeout: 10 * time.Second},
+//	}}
 //
-// Beyond one client, all opt-in: Handler marks a service's error responses
-// when its own calls already used up their retries, so that the layers
-// above do not multiply them; the Budget may be any RetryBudget (a
-// RatioBudget, or one a fleet shares, as the redisbudget module's);
-// Policy.HedgeDelay sends a second copy of a slow request, paid from the
-// same budget; a RateLimiter slows every attempt of a client that is being
-// throttled. WithReport gives a per-request view of what happened.
+// The rest is opt-in. Handler marks a service's error responses when its
+// own calls used up their retries, so that the layers above do not retry
+// them. NewRatioBudget and the redisbudget module are other Budgets.
+// Policy.HedgeDelay sends a second copy of a slow request. Hedges are not
+// paid from the Budget: Policy.HedgeRatio bounds them. A RateLimiter slows
+// every attempt of a client that is being throttled. WithReport gives a
+// per-request view of what happened.
 //
-// The reasoning behind each rule, with its sources, is in docs/design.md.
+// docs/design.md gives the reason for each rule, with its sources.
 package retryhttp
 
 import (
@@ -31,95 +32,83 @@ import (
 	"github.com/hashicorp/go-cleanhttp"
 )
 
-// Transport is an http.RoundTripper that retries failed attempts through its
-// Base according to its Policy, paying for retries from its Budget.
+// Transport is an http.RoundTripper that retries failed attempts through
+// its Base. Its Policy says which attempts are made. Its Budget pays for the
+// retries.
 //
-// The zero Transport is ready to use: three attempts with full-jitter
-// backoff over a pooled transport of its own, with a private 500-token
-// budget. A Transport is safe for concurrent use by multiple goroutines, and
-// like http.Transport it should be reused rather than made per request, so
-// that its budget and connections are shared. Its fields must not change
-// after its first use.
+// The zero Transport is ready to use: the zero Policy over a pooled
+// transport of its own, with a private token bucket. A Transport is safe for
+// concurrent use. Like http.Transport, it should be reused, so that its
+// budget and connections are shared. Its fields must not change after its
+// first use.
 //
-// RoundTrip honours the http.RoundTripper contract: it never modifies the
-// caller's request (an attempt that needs a change, an idempotency key or a
-// fresh body from Request.GetBody, sends a copy; a bodiless request that
-// needs none is sent again as it is), always closes the request body,
-// replays the body only through Request.GetBody, drains (bounded in bytes
-// and time) and closes every response it discards, and returns either a
-// response with a nil error or an error (an *Error) with no response. A
-// retryable response that is not retried (the last attempt's 503, or a 429
-// when the budget is empty) is returned as it is, with a nil error, as the
-// base transport would. A retry that was planned, and whose wait the
-// context's end or the Limiter stops before it is sent (ErrRateLimited),
-// ends with an *Error instead: the response that called for it was drained
-// when the wait began.
+// RoundTrip honours the http.RoundTripper contract. It never modifies the
+// caller's request: an attempt that needs a change sends a copy. It always
+// closes the request body, and replays it only through Request.GetBody. It
+// drains and closes every response it discards, bounded in bytes and time.
+// It returns a response with a nil error, or an *Error with no response. A
+// retryable response that is not retried (the last 503, or a 429 when the
+// budget is empty) is returned as it is. A retry whose wait ends first (the
+// context ended, or the Limiter had no permit) ends with an *Error: the
+// response that called for it was drained when the wait began.
 type Transport struct {
-	// Base makes each attempt. Nil means a pooled transport from
-	// go-cleanhttp, made on first use and private to this Transport (never
-	// http.DefaultTransport, whose settings any package may change), with
-	// CheckProxyConnect as its OnProxyConnectResponse.
+	// Base makes each attempt. Nil means a pooled go-cleanhttp transport,
+	// made on first use and private to this Transport, with
+	// CheckProxyConnect as its OnProxyConnectResponse. It is never
+	// http.DefaultTransport, whose settings any package may change.
 	Base http.RoundTripper
 
 	// Policy decides which attempts are made and when. The zero Policy is
 	// the recommended one; see Policy.
 	Policy Policy
 
-	// Budget pays for retries. Nil (or a nil *Budget) means a private
-	// token bucket of DefaultBudgetTokens made on first use; give several
-	// Transports the same Budget to make them share one quota. Any
-	// RetryBudget will do: a *Budget, a *RatioBudget, or one shared by a
-	// fleet (a ContextBudget, whose withdrawals end with the request's
-	// context).
-	Budget RetryBudget
+	// Budget pays for retries. Nil means a private token bucket of
+	// DefaultBudgetTokens, made on first use. Transports that share a
+	// Budget share one quota.
+	Budget Budget
 
-	// Limiter, if not nil, slows the Transport while it is being throttled:
-	// every attempt, the first of a request included, waits for a send
-	// permit from it, and a request whose permit would come too late to
-	// leave room for the attempt before its deadline fails at once
-	// (StopRateLimited). Give several Transports the same RateLimiter to
-	// make them share one rate. Nil means no limit.
+	// Limiter, if not nil, slows the Transport while it is throttled. Every
+	// attempt, the first included, waits for a send permit from it. A
+	// request whose permit would come too late fails at once
+	// (StopRateLimited). Transports that share a RateLimiter share one rate.
+	// Nil means no limit.
 	Limiter *RateLimiter
 
-	// PerHost, if not nil, gives each destination (scheme, host and port)
-	// a budget and a RateLimiter of its own, in place of Budget and
-	// Limiter, so that one sick host does not spend the retries, or cut
-	// the send rate, of the others. Nil means one Budget and one Limiter
-	// for every destination.
+	// PerHost, if not nil, gives each destination a budget and a
+	// RateLimiter of its own, in place of Budget and Limiter. One sick host
+	// then spends only its own retries. Nil means one Budget and one
+	// Limiter for every destination.
 	PerHost *PerHost
 
 	// OnAttempt, if not nil, is called after every attempt, once the
-	// decision about it is made and before any wait, on the goroutine that
-	// called RoundTrip. It must not block for long: the request waits for
-	// it.
+	// decision is made and before any wait. It runs on the goroutine that
+	// called RoundTrip, and the request waits for it.
 	OnAttempt func(Attempt)
 
 	// OnEnd, if not nil, is called once for every request as RoundTrip
-	// returns, on the goroutine that called it, after the last OnAttempt
-	// call. It sees every way a request ends, those in which no hook
-	// follows the last attempt (the context ended in the wait for a retry,
-	// or the Limiter had no permit for it) and those with no attempt at
-	// all included. It is not called when a hook panics. It must not block
-	// for long: the caller waits for it.
-	OnEnd func(RequestEnd)
+	// returns, after the last OnAttempt call, with the caller's request.
+	// It sees every way a request ends, one with no attempt included, or
+	// one that ended in the wait for a retry. It runs on the goroutine that
+	// called RoundTrip, and the caller waits for it. It is not called when
+	// a hook panics.
+	OnEnd func(*http.Request, Report)
 
-	// Logger, if not nil, receives one line per retry decision: at Info for
-	// a retry ("retryhttp: retrying") and for a success after retries
-	// ("retryhttp: done after retry"), at Warn for giving up on a retryable
-	// failure ("retryhttp: giving up"), and at Warn for a request whose
-	// next attempt got no send permit from the Limiter ("retryhttp: no
-	// send permit"; no attempt, so no OnAttempt call, is made for it).
-	// Lines carry the method, the URL without user info, query or
-	// fragment, the attempt, the status or error, the class, the decision,
-	// the delay and its source, and the tokens left; budget_fallback when
-	// a shared budget pays from its local fallback, rate_limit when the
-	// Limiter is limiting, and permit_wait when the attempt waited for a
-	// permit. They never carry a header or a body. Nil means no logging.
+	// Logger, if not nil, receives one line per retry decision. Info says
+	// "retryhttp: retrying" and "retryhttp: done after retry". Warn says
+	// "retryhttp: giving up" on a retryable failure, and "retryhttp: no
+	// send permit" for an attempt the Limiter stopped. A line carries the
+	// method, the URL without user info, query or fragment, the attempt,
+	// the status or error, the class and the decision. It also carries the
+	// delay and its source, and the tokens left. It carries
+	// budget_fallback, rate_limit and permit_wait when they apply. It never
+	// carries a header or a body. Nil means no logging.
 	Logger *slog.Logger
 
 	once        sync.Once
+	plain       bool         // a first attempt of an idempotent request only needs sending
+	bucket      *tokenBucket // inUse, when it is this package's token bucket
 	defaultBase http.RoundTripper
-	inUse       RetryBudget // Budget, or a private bucket
+	inUse       Budget      // Budget, or a private bucket
 	hedges      lazyHedging // made by the first request that may be hedged
 	keys        keySource
 }
@@ -132,26 +121,20 @@ func (t *Transport) init() {
 	}
 	t.inUse = t.Budget
 	if t.Budget == nil || isNilPointer(t.Budget) {
-		t.inUse = NewBudget(DefaultBudgetTokens)
+		t.inUse = NewTokenBucket(DefaultBudgetTokens)
 	}
+	t.bucket, _ = t.inUse.(*tokenBucket) // it never panics: nothing to clean up after it
+	p := &t.Policy
+	t.plain = t.bucket != nil && t.OnAttempt == nil && t.OnEnd == nil && t.Logger == nil && t.Limiter == nil && t.PerHost == nil &&
+		p.Timeout <= 0 && p.AttemptTimeout <= 0 && p.HedgeDelay <= 0 && p.hedgeQuantile() == 0 &&
+		!p.SendAttemptHeader && p.Classify == nil
 }
 
 // isNilPointer reports whether b is a nil pointer in a non-nil interface, as
-// Transport{Budget: b} makes of a nil *Budget variable.
-func isNilPointer(b RetryBudget) bool {
+// Transport{Budget: b} makes of a nil pointer variable.
+func isNilPointer(b Budget) bool {
 	v := reflect.ValueOf(b)
 	return v.Kind() == reflect.Pointer && v.IsNil()
-}
-
-// BudgetInUse returns the budget the Transport draws from: Budget, or the
-// private one it made. It returns nil when PerHost is set: each destination
-// then draws from its own (see PerHost.Lookup).
-func (t *Transport) BudgetInUse() RetryBudget {
-	t.once.Do(t.init)
-	if t.PerHost != nil {
-		return nil
-	}
-	return t.inUse
 }
 
 // CloseIdleConnections closes the idle connections of the base transport, if
@@ -171,23 +154,52 @@ func (t *Transport) base() http.RoundTripper {
 	return t.defaultBase
 }
 
-// RoundTrip sends req through the base transport, retrying as the Policy and
-// the Budget allow. See Transport for the contract.
+// RoundTrip sends req through the base transport, retrying as the Policy
+// and the Budget allow. See Transport for the contract.
 //
-// The loop is the whole algorithm; each step is a method of the request's
-// call (call.go), which owns everything the request holds.
+// The loop, in roundTrip, is the whole algorithm. Each step is a method of
+// the request's call (call.go), which owns everything the request holds.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	t.once.Do(t.init)
+	if t.plain && idempotentMethod(req.Method) {
+		// Nothing to set up: no hook, no deadline, no key, no Report or
+		// Override on the context. The first attempt is sent at once, and
+		// an answer that is not retried goes back as the loop would return
+		// it. Anything else resumes the loop at its decision.
+		if ctx := req.Context(); ctx.Err() == nil && ctx.Value(requestKey{}) == nil {
+			resp, err := t.base().RoundTrip(req)
+			if (resp == nil) == (err == nil) {
+				resp, err = repair(resp, err)
+			}
+			if err == nil {
+				if class := statusClass(resp.StatusCode); !class.retryable() {
+					t.bucket.Deposit(class == Success)
+					return resp, nil
+				}
+			}
+			return t.roundTrip(req, true, resp, err)
+		}
+	}
+	return t.roundTrip(req, false, nil, nil)
+}
+
+// roundTrip is RoundTrip's loop. With sent, the first attempt was made and
+// answered resp and err.
+func (t *Transport) roundTrip(req *http.Request, sent bool, resp *http.Response, err error) (*http.Response, error) {
 	var c call
 	defer c.cleanup() // on every way out, a panicking hook's included
-	if err := c.start(t, req); err != nil {
+	if sent {
+		c.resume(t, req, resp, err)
+	} else if err := c.start(t, req); err != nil {
 		return nil, err
 	}
-	for {
-		if err := c.acquire(); err != nil { // a send permit, when limiting
-			return nil, c.stopBefore(err)
+	for ; ; sent = false {
+		if !sent {
+			if err := c.acquire(); err != nil { // a send permit, when limiting
+				return nil, c.stopBefore(err)
+			}
+			c.send() // one attempt, hedged or timed as the Policy says
 		}
-		c.send()    // one attempt, hedged or timed as the Policy says
 		c.decide()  // retry or stop; a retry is paid for here
 		c.observe() // the hook, the Logger and the Report
 		if c.v.decision != Retry {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"reflect"
 	"strings"
@@ -75,13 +76,13 @@ func TestRetryableOutcomesAreRetried(t *testing.T) {
 						t.Errorf("got keys %q on an idempotent %s; want none", keys, tc.method)
 					}
 					// The retry took its cost and gave it back on success.
-					if got := tr.BudgetInUse().Available(); got != DefaultBudgetTokens {
+					if got := tr.budgetInUse().Available(); got != DefaultBudgetTokens {
 						t.Errorf("got %d tokens after a successful retry; want %d", got, DefaultBudgetTokens)
 					}
 					if len(hooks) != 2 || hooks[0].Decision != Retry || hooks[1].Decision != Done {
 						t.Fatalf("got hook decisions %v; want [retry done]", decisions(hooks))
 					}
-					if got, want := hooks[0].Tokens, DefaultBudgetTokens-tc.cost; got != want {
+					if got, want := hooks[0].tokens, DefaultBudgetTokens-tc.cost; got != want {
 						t.Errorf("got %d tokens after the retry was paid; want %d", got, want)
 					}
 					if base.OpenBodies() != 0 {
@@ -114,7 +115,7 @@ func TestPermanentOutcomesAreNotRetried(t *testing.T) {
 				if n := len(base.Attempts()); n != 1 {
 					t.Errorf("got %d attempts; want 1", n)
 				}
-				if got := tr.BudgetInUse().Available(); got != DefaultBudgetTokens {
+				if got := tr.budgetInUse().Available(); got != DefaultBudgetTokens {
 					t.Errorf("got %d tokens; want %d", got, DefaultBudgetTokens)
 				}
 			})
@@ -150,7 +151,7 @@ func TestAttemptsExhausted(t *testing.T) {
 			if n := len(base.Attempts()); n != 3 {
 				t.Errorf("got %d attempts; want 3", n)
 			}
-			if got, want := tr.BudgetInUse().Available(), DefaultBudgetTokens-2*RetryCost; got != want {
+			if got, want := tr.budgetInUse().Available(), DefaultBudgetTokens-2*RetryCost; got != want {
 				t.Errorf("got %d tokens; want %d", got, want)
 			}
 		})
@@ -184,13 +185,13 @@ func TestBackoffSchedule(t *testing.T) {
 		first  rht.Step
 		want   []time.Duration
 	}{
-		{"no jitter doubles from 50ms", Policy{MaxAttempts: 5, Jitter: NoJitter}, rht.Status(503),
+		{"no jitter doubles from 50ms", Policy{MaxAttempts: 5, Rand: highRand}, rht.Status(503),
 			[]time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond}},
 		{"full jitter at its ceiling", Policy{MaxAttempts: 4, Rand: highRand}, rht.Status(503),
 			[]time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond}},
-		{"throttling doubles from 1s", Policy{MaxAttempts: 4, Jitter: NoJitter}, rht.Status(429),
+		{"throttling doubles from 1s", Policy{MaxAttempts: 4, Rand: highRand}, rht.Status(429),
 			[]time.Duration{time.Second, 2 * time.Second, 4 * time.Second}},
-		{"capped by MaxDelay", Policy{MaxAttempts: 5, Jitter: NoJitter, MaxDelay: 3 * time.Second}, rht.Status(429),
+		{"capped by MaxDelay", Policy{MaxAttempts: 5, Rand: highRand, MaxDelay: 3 * time.Second}, rht.Status(429),
 			[]time.Duration{time.Second, 2 * time.Second, 3 * time.Second, 3 * time.Second}},
 		{"equal jitter at its floor", Policy{MaxAttempts: 4, Jitter: EqualJitter, Rand: lowRand}, rht.Status(503),
 			[]time.Duration{25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond}},
@@ -201,7 +202,7 @@ func TestBackoffSchedule(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				base := rht.NewTransport(tc.first)
-				tr := &Transport{Base: base, Policy: tc.policy, Budget: UnlimitedBudget()}
+				tr := &Transport{Base: base, Policy: tc.policy, Budget: newTokenBucket(math.MaxInt)}
 				roundTrip(t, tr, newReq(t, "GET", ""))
 				if got := rht.Gaps(base); !reflect.DeepEqual(got, tc.want) {
 					t.Errorf("got waits %v; want %v", got, tc.want)
@@ -216,7 +217,7 @@ func TestDeadline(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			base := rht.NewTransport(rht.Status(503))
 			var last Attempt
-			tr := &Transport{Base: base, Policy: Policy{MaxAttempts: 10, Jitter: NoJitter, Timeout: 120 * time.Millisecond},
+			tr := &Transport{Base: base, Policy: Policy{MaxAttempts: 10, Rand: highRand, Timeout: 120 * time.Millisecond},
 				OnAttempt: func(a Attempt) { last = a }}
 			start := time.Now()
 			code, _, err := roundTrip(t, tr, newReq(t, "GET", ""))
@@ -233,7 +234,7 @@ func TestDeadline(t *testing.T) {
 			if last.Decision != StopDeadline || last.Delay != 100*time.Millisecond {
 				t.Errorf("got last decision %v with delay %v; want %v with 100ms", last.Decision, last.Delay, StopDeadline)
 			}
-			if got, want := tr.BudgetInUse().Available(), DefaultBudgetTokens-RetryCost; got != want {
+			if got, want := tr.budgetInUse().Available(), DefaultBudgetTokens-RetryCost; got != want {
 				t.Errorf("got %d tokens; want %d (a refused wait costs nothing)", got, want)
 			}
 		})
@@ -241,7 +242,7 @@ func TestDeadline(t *testing.T) {
 	t.Run("context deadline", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			base := rht.NewTransport(rht.Step{Err: errReset})
-			tr := &Transport{Base: base, Policy: Policy{MaxAttempts: 10, Jitter: NoJitter, BaseDelay: 100 * time.Millisecond}}
+			tr := &Transport{Base: base, Policy: Policy{MaxAttempts: 10, Rand: highRand, BaseDelay: 100 * time.Millisecond}}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			start := time.Now()
@@ -405,30 +406,30 @@ func TestServerRequestedDelay(t *testing.T) {
 		minWait  time.Duration
 		maxWait  time.Duration
 		last     Decision
-		source   DelaySource
+		server   bool
 	}{
 		{"429 Retry-After seconds", func() rht.Step { return rht.Status(429).WithHeader("Retry-After", "2") }, Policy{},
-			2, 2 * time.Second, 2200 * time.Millisecond, Done, FromServer},
+			2, 2 * time.Second, 2200 * time.Millisecond, Done, true},
 		{"503 Retry-After date", func() rht.Step { return rht.Status(503).WithHeader("Retry-After", date(3*time.Second)) }, Policy{},
-			2, 3 * time.Second, 3300 * time.Millisecond, Done, FromServer},
+			2, 3 * time.Second, 3300 * time.Millisecond, Done, true},
 		{"x-amz-retry-after milliseconds", func() rht.Step { return rht.Status(503).WithHeader("x-amz-retry-after", "1500") }, Policy{},
-			2, 1500 * time.Millisecond, 1650 * time.Millisecond, Done, FromServer},
+			2, 1500 * time.Millisecond, 1650 * time.Millisecond, Done, true},
 		{"retry-after-ms", func() rht.Step { return rht.Status(429).WithHeader("retry-after-ms", "250") }, Policy{},
-			2, 250 * time.Millisecond, 300 * time.Millisecond, Done, FromServer}, // spread: BaseDelay, above 10%
+			2, 250 * time.Millisecond, 300 * time.Millisecond, Done, true}, // spread: BaseDelay, above 10%
 		{"past date: spread over BaseDelay", func() rht.Step { return rht.Status(503).WithHeader("Retry-After", date(-time.Hour)) }, Policy{},
-			2, 0, 50 * time.Millisecond, Done, FromServer},
+			2, 0, 50 * time.Millisecond, Done, true},
 		{"Retry-After 0: spread over BaseDelay", func() rht.Step { return rht.Status(503).WithHeader("Retry-After", "0") }, Policy{},
-			2, 0, 50 * time.Millisecond, Done, FromServer},
+			2, 0, 50 * time.Millisecond, Done, true},
 		{"invalid value: backoff", func() rht.Step { return rht.Status(503).WithHeader("Retry-After", "soon") }, Policy{},
-			2, 0, 50 * time.Millisecond, Done, FromBackoff},
+			2, 0, 50 * time.Millisecond, Done, false},
 		{"longer than MaxDelay: returned at once", func() rht.Step { return rht.Status(429).WithHeader("Retry-After", "30") }, Policy{},
-			1, 0, 0, StopServerDelay, FromServer},
+			1, 0, 0, StopServerDelay, true},
 		{"within a raised MaxServerDelay", func() rht.Step { return rht.Status(429).WithHeader("Retry-After", "30") }, Policy{MaxServerDelay: time.Minute},
-			2, 30 * time.Second, 33 * time.Second, Done, FromServer},
+			2, 30 * time.Second, 33 * time.Second, Done, true},
 		{"ignored when MaxServerDelay < 0", func() rht.Step { return rht.Status(429).WithHeader("Retry-After", "30") }, Policy{MaxServerDelay: -1},
-			2, 0, time.Second, Done, FromBackoff},
+			2, 0, time.Second, Done, false},
 		{"past the deadline: returned at once", func() rht.Step { return rht.Status(503).WithHeader("Retry-After", "5") }, Policy{Timeout: 4 * time.Second},
-			1, 0, 0, StopDeadline, FromServer},
+			1, 0, 0, StopDeadline, true},
 	}
 	for _, tc := range tests {
 		// Each case runs at both ends of the random spread, so the waits
@@ -466,8 +467,8 @@ func TestServerRequestedDelay(t *testing.T) {
 					if got := hooks[len(hooks)-1].Decision; got != tc.last {
 						t.Errorf("got final decision %v; want %v", got, tc.last)
 					}
-					if tc.attempts == 2 && hooks[0].DelaySource != tc.source {
-						t.Errorf("got delay source %v; want %v", hooks[0].DelaySource, tc.source)
+					if tc.attempts == 2 && hooks[0].ServerDelay != tc.server {
+						t.Errorf("got server delay %v; want %v", hooks[0].ServerDelay, tc.server)
 					}
 				})
 			})
@@ -477,7 +478,7 @@ func TestServerRequestedDelay(t *testing.T) {
 
 func TestBudgetExactCounts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := NewBudget(40)
+		b := newTokenBucket(40)
 		tokens := b.Available()
 		steps := []struct {
 			name         string
@@ -524,7 +525,7 @@ func TestBudgetRefusalIsImmediate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		base := rht.NewTransport(rht.Step{Err: errReset})
 		var hooks []Attempt
-		tr := &Transport{Base: base, Budget: NewBudget(RetryCost - 1), OnAttempt: func(a Attempt) { hooks = append(hooks, a) }}
+		tr := &Transport{Base: base, Budget: newTokenBucket(RetryCost - 1), OnAttempt: func(a Attempt) { hooks = append(hooks, a) }}
 		start := time.Now()
 		_, _, err := roundTrip(t, tr, newReq(t, "GET", ""))
 		var re *Error
@@ -537,7 +538,7 @@ func TestBudgetRefusalIsImmediate(t *testing.T) {
 		if d := time.Since(start); d != 0 {
 			t.Errorf("got %v elapsed; want 0 (no wait when the budget refuses)", d)
 		}
-		if len(hooks) != 1 || hooks[0].Tokens != RetryCost-1 {
+		if len(hooks) != 1 || hooks[0].tokens != RetryCost-1 {
 			t.Errorf("got hooks %+v; want one with %d tokens", hooks, RetryCost-1)
 		}
 	})
@@ -557,7 +558,7 @@ func TestFieldsSetAfterAnEarlyMethodCall(t *testing.T) {
 	// then sets OnAttempt): the requests still see what is set when they
 	// are made.
 	early := map[string]func(*Transport){
-		"BudgetInUse":          func(tr *Transport) { tr.BudgetInUse() },
+		"BudgetInUse":          func(tr *Transport) { tr.budgetInUse() },
 		"CloseIdleConnections": func(tr *Transport) { tr.CloseIdleConnections() },
 	}
 	for name, call := range early {

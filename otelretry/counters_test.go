@@ -87,7 +87,7 @@ func TestCountersMatchRoundTrips(t *testing.T) {
 				var wantRetries, wantRequests int64
 				tr := &retryhttp.Transport{Base: &randomBase{rng: rand.New(rand.NewPCG(seed, 2))}, Policy: p, Limiter: lim,
 					OnAttempt: func(a retryhttp.Attempt) { nAtt++ },
-					OnEnd: func(e retryhttp.RequestEnd) {
+					OnEnd: func(_ *http.Request, e retryhttp.Report) {
 						if nAtt > 0 {
 							wantRequests++
 							wantRetries += int64(nAtt - 1)

@@ -75,14 +75,14 @@ type Metrics struct {
 	meter    metric.Meter
 
 	mu       sync.Mutex
-	budgets  map[retryhttp.RetryBudget]attribute.Set
+	budgets  map[retryhttp.Budget]attribute.Set
 	limiters map[*retryhttp.RateLimiter]attribute.Set
 	reg      metric.Registration
 }
 
 // New creates the instruments on a meter from mp.
 func New(mp metric.MeterProvider) (*Metrics, error) {
-	m := &Metrics{meter: mp.Meter(ScopeName), budgets: map[retryhttp.RetryBudget]attribute.Set{},
+	m := &Metrics{meter: mp.Meter(ScopeName), budgets: map[retryhttp.Budget]attribute.Set{},
 		limiters: map[*retryhttp.RateLimiter]attribute.Set{}}
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
@@ -174,57 +174,49 @@ func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
 // has one, are observed by the budget.* and ratelimit.* instruments under
 // the given attributes (a "client" name, say). With PerHost set, there is a
 // budget and a Limiter per destination, and they are not observed: a gauge
-// per destination would be one time series per host called. Call it
-// before t's first use.
+// per destination would be one time series per host called. A nil Budget
+// is given the bucket the Transport would make, so that it is observed.
+// Call it before t's first use.
 func (m *Metrics) Instrument(t *retryhttp.Transport, attrs ...attribute.KeyValue) {
 	m.mu.Lock()
 	if t.PerHost == nil {
-		m.budgets[t.BudgetInUse()] = attribute.NewSet(attrs...)
+		if t.Budget == nil {
+			t.Budget = retryhttp.NewTokenBucket(retryhttp.DefaultBudgetTokens)
+		}
+		m.budgets[t.Budget] = attribute.NewSet(attrs...)
 		if t.Limiter != nil {
 			m.limiters[t.Limiter] = attribute.NewSet(attrs...)
 		}
 	}
 	m.mu.Unlock()
-	t.OnAttempt = m.Hook(t.OnAttempt)
-	t.OnEnd = m.EndHook(t.OnEnd)
-}
-
-// Hook returns an OnAttempt hook that records each attempt, then calls next
-// (which may be nil).
-func (m *Metrics) Hook(next func(retryhttp.Attempt)) func(retryhttp.Attempt) {
-	return func(a retryhttp.Attempt) {
-		m.Record(a)
+	next, nextEnd := t.OnAttempt, t.OnEnd
+	t.OnAttempt = func(a retryhttp.Attempt) {
+		m.record(a)
 		if next != nil {
 			next(a)
 		}
 	}
-}
-
-// EndHook returns an OnEnd hook that records each request's end with
-// RecordEnd, then calls next (which may be nil). A Transport instrumented
-// with Hook alone counts no giveup for a retry that ends in its wait.
-func (m *Metrics) EndHook(next func(retryhttp.RequestEnd)) func(retryhttp.RequestEnd) {
-	return func(e retryhttp.RequestEnd) {
-		m.RecordEnd(e)
-		if next != nil {
-			next(e)
+	t.OnEnd = func(req *http.Request, r retryhttp.Report) {
+		m.recordEnd(req, r)
+		if nextEnd != nil {
+			nextEnd(req, r)
 		}
 	}
 }
 
-// RecordEnd records a request's end: a giveup if the request ended in the
+// recordEnd records a request's end: a giveup if the request ended in the
 // wait for a retry, which no attempt's record shows. The other giveups are
-// counted by Record, at the attempt that decided them.
-func (m *Metrics) RecordEnd(e retryhttp.RequestEnd) {
-	if !e.Abandoned || e.Attempts == 0 {
+// counted by record, at the attempt that decided them.
+func (m *Metrics) recordEnd(req *http.Request, r retryhttp.Report) {
+	if !r.Abandoned || r.Attempts == 0 {
 		return
 	}
-	ctx, methodAttr := of(e.Request)
-	m.giveups.Add(ctx, 1, metric.WithAttributes(methodAttr, attribute.String("retryhttp.reason", e.Decision.String())))
+	ctx, methodAttr := of(req)
+	m.giveups.Add(ctx, 1, metric.WithAttributes(methodAttr, attribute.String("retryhttp.reason", r.Decision.String())))
 }
 
-// Record records one attempt.
-func (m *Metrics) Record(a retryhttp.Attempt) {
+// record records one attempt.
+func (m *Metrics) record(a retryhttp.Attempt) {
 	ctx, methodAttr := of(a.Request)
 	classAttr := attribute.String("retryhttp.class", a.Class.String())
 	m.attempts.Add(ctx, 1, metric.WithAttributes(methodAttr, classAttr, attribute.String("retryhttp.decision", a.Decision.String())))
@@ -250,7 +242,7 @@ func (m *Metrics) Record(a retryhttp.Attempt) {
 	}
 	switch a.Decision {
 	case retryhttp.Retry:
-		m.wait.Record(ctx, a.Delay.Seconds(), metric.WithAttributes(attribute.String("retryhttp.delay_source", a.DelaySource.String())))
+		m.wait.Record(ctx, a.Delay.Seconds(), metric.WithAttributes(attribute.String("retryhttp.delay_source", delaySource(a))))
 	case retryhttp.Done:
 	default:
 		m.giveups.Add(ctx, 1, metric.WithAttributes(methodAttr, attribute.String("retryhttp.reason", a.Decision.String())))
@@ -268,3 +260,11 @@ func of(r *http.Request) (context.Context, attribute.KeyValue) {
 
 // Close stops observing the instrumented budgets.
 func (m *Metrics) Close() error { return m.reg.Unregister() }
+
+// delaySource names where a wait came from: "server" or "backoff".
+func delaySource(a retryhttp.Attempt) string {
+	if a.ServerDelay {
+		return "server"
+	}
+	return "backoff"
+}

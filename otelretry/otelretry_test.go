@@ -187,20 +187,20 @@ func TestRateLimitMetrics(t *testing.T) {
 // withdrawal is a call, and a refusal after an empty answer makes the next
 // withdrawal refuse locally, without one.
 type storeBudget struct {
-	*retryhttp.Budget
+	retryhttp.Budget
 	calls, local int64
 	empty        bool
 }
 
-func (b *storeBudget) Withdraw(c retryhttp.Class) (retryhttp.Tokens, bool) {
+func (b *storeBudget) Withdraw(ctx context.Context, c retryhttp.Class) (func(bool), bool) {
 	if b.empty {
 		b.local++
-		return retryhttp.Tokens{}, false
+		return nil, false
 	}
 	b.calls++
-	t, ok := b.Budget.Withdraw(c)
+	refund, ok := b.Budget.Withdraw(ctx, c)
 	b.empty = !ok
-	return t, ok
+	return refund, ok
 }
 
 func (b *storeBudget) StoreCalls() (calls, localRefusals int64) { return b.calls, b.local }
@@ -210,7 +210,7 @@ func TestSharedBudgetMetrics(t *testing.T) {
 		m, reader := newMetrics(t)
 		// Request 1: a retry paid (call 1), then one refused (call 2).
 		// Request 2: its retry refused without a call.
-		b := &storeBudget{Budget: retryhttp.NewBudget(retryhttp.RetryCost)}
+		b := &storeBudget{Budget: retryhttp.NewTokenBucket(retryhttp.RetryCost)}
 		tr := &retryhttp.Transport{Base: rht.NewTransport(rht.Status(503).Times(4)), Budget: b}
 		m.Instrument(tr, attribute.String("client", "orders"))
 		for range 2 {
@@ -248,7 +248,7 @@ func TestGuideNames(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m, reader := newMetrics(t)
 		base := rht.NewTransport(rht.Status(503), rht.Status(200), rht.Status(503))
-		tr := &retryhttp.Transport{Base: base, Budget: retryhttp.NewBudget(retryhttp.RetryCost)}
+		tr := &retryhttp.Transport{Base: base, Budget: retryhttp.NewTokenBucket(retryhttp.RetryCost)}
 		m.Instrument(tr, attribute.String("client", "orders"))
 		for range 2 { // the second request finds the budget empty
 			req, _ := http.NewRequest("GET", "http://orders.test/", nil)
@@ -271,7 +271,7 @@ func TestGuideNames(t *testing.T) {
 		// A shared budget that reports its store calls, so that the
 		// budget.calls and budget.local_refusals instruments are emitted.
 		shared := &retryhttp.Transport{Base: rht.NewTransport(rht.Status(503), rht.Status(200)),
-			Budget: &storeBudget{Budget: retryhttp.NewBudget(retryhttp.DefaultBudgetTokens)}}
+			Budget: &storeBudget{Budget: retryhttp.NewTokenBucket(retryhttp.DefaultBudgetTokens)}}
 		m.Instrument(shared, attribute.String("client", "orders"))
 		req, _ = http.NewRequest("GET", "http://orders.test/", nil)
 		resp, err = shared.RoundTrip(req)

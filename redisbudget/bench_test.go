@@ -1,6 +1,7 @@
 package redisbudget
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"testing"
@@ -23,10 +24,10 @@ func BenchmarkSuccessPath(b *testing.B) {
 	get, _ := http.NewRequest("GET", "http://example.test/", nil)
 	for _, c := range []struct {
 		name   string
-		budget func() retryhttp.RetryBudget
+		budget func() retryhttp.Budget
 	}{
-		{"local", func() retryhttp.RetryBudget { return retryhttp.NewBudget(500) }},
-		{"redis", func() retryhttp.RetryBudget {
+		{"local", func() retryhttp.Budget { return retryhttp.NewTokenBucket(500) }},
+		{"redis", func() retryhttp.Budget {
 			bud, _ := New(Options{Client: s.clientNoCleanup(), Key: "bench"})
 			return bud
 		}},
@@ -51,7 +52,7 @@ func BenchmarkWithdraw(b *testing.B) {
 			bud, _ := New(Options{Client: s.clientNoCleanup(), Key: "bench:" + itoa(lease), Capacity: 1 << 50, Lease: lease, Timeout: time.Second})
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, ok := bud.Withdraw(retryhttp.Transient); !ok {
+				if _, ok := bud.Withdraw(context.Background(), retryhttp.Transient); !ok {
 					b.Fatal("refused")
 				}
 			}

@@ -1,6 +1,7 @@
 package redisbudget
 
 import (
+	"context"
 	"math"
 	"testing"
 	"time"
@@ -23,14 +24,14 @@ func TestSweptLeaseIsNotSpentTwice(t *testing.T) {
 	busy := newBudget(t, rdb, "fleet", func(o *Options) {
 		o.TTL, o.Recheck, o.Timeout = ttl, 20*time.Millisecond, time.Second
 	})
-	if _, ok := idle.Withdraw(retryhttp.Transient); !ok { // a lease of 140, 14 spent
+	if _, ok := idle.Withdraw(context.Background(), retryhttp.Transient); !ok { // a lease of 140, 14 spent
 		t.Fatal("the idle process's first retry was refused")
 	}
 	// The busy process keeps the hash alive past the idle one's TTL, its
 	// successes refilling what it spends.
 	for i, start := 0, time.Now(); time.Since(start) < 2*ttl; i++ {
 		if i%6 == 0 {
-			busy.Withdraw(retryhttp.Transient)
+			busy.Withdraw(context.Background(), retryhttp.Transient)
 		}
 		for range 5 {
 			busy.Deposit(true)
@@ -57,7 +58,7 @@ func TestSweptLeaseIsNotSpentTwice(t *testing.T) {
 	for _, b := range []*Budget{idle, busy} {
 		for {
 			b.Deposit(false)
-			if _, ok := b.Withdraw(retryhttp.Transient); !ok {
+			if _, ok := b.Withdraw(context.Background(), retryhttp.Transient); !ok {
 				break
 			}
 			retries++
@@ -81,7 +82,7 @@ func TestHugeDurations(t *testing.T) {
 	s := startRedis(t)
 	t.Run("Timeout", func(t *testing.T) {
 		b := newBudget(t, s.client(), "timeout", func(o *Options) { o.Timeout = forever })
-		if _, ok := b.Withdraw(retryhttp.Transient); !ok {
+		if _, ok := b.Withdraw(context.Background(), retryhttp.Transient); !ok {
 			t.Fatal("refused")
 		}
 		if st := b.Stats(); st.Taken == 0 || st.FallbackPayments != 0 {
@@ -92,11 +93,11 @@ func TestHugeDurations(t *testing.T) {
 		b := newBudget(t, s.client(), "recheck", func(o *Options) {
 			o.Recheck, o.Capacity, o.Timeout = forever, retryhttp.RetryCost, time.Second
 		})
-		b.Withdraw(retryhttp.Transient) // the whole bucket
-		b.Withdraw(retryhttp.Transient) // a call: the bucket is empty
+		b.Withdraw(context.Background(), retryhttp.Transient) // the whole bucket
+		b.Withdraw(context.Background(), retryhttp.Transient) // a call: the bucket is empty
 		calls := b.Stats().Calls
 		for range 10 {
-			if _, ok := b.Withdraw(retryhttp.Transient); ok {
+			if _, ok := b.Withdraw(context.Background(), retryhttp.Transient); ok {
 				t.Fatal("a retry was paid from an empty bucket")
 			}
 		}
@@ -109,10 +110,10 @@ func TestHugeDurations(t *testing.T) {
 		rdb := dead.client()
 		b := newBudget(t, rdb, "retryafter", func(o *Options) { o.RetryAfter = forever; o.Timeout = time.Second })
 		dead.stop()
-		b.Withdraw(retryhttp.Transient) // fails: falls back
+		b.Withdraw(context.Background(), retryhttp.Transient) // fails: falls back
 		calls := b.Stats().Calls
 		for range 10 {
-			b.Withdraw(retryhttp.Transient)
+			b.Withdraw(context.Background(), retryhttp.Transient)
 		}
 		if got := b.Stats().Calls - calls; got != 0 {
 			t.Errorf("got %d calls to an unreachable Redis within RetryAfter; want 0", got)
@@ -120,7 +121,7 @@ func TestHugeDurations(t *testing.T) {
 	})
 	t.Run("TTL", func(t *testing.T) {
 		b := newBudget(t, s.client(), "ttl", func(o *Options) { o.TTL = forever; o.Timeout = time.Second })
-		if _, ok := b.Withdraw(retryhttp.Transient); !ok {
+		if _, ok := b.Withdraw(context.Background(), retryhttp.Transient); !ok {
 			t.Fatal("refused")
 		}
 		if st := b.Stats(); st.Taken == 0 || st.Failures != 0 {

@@ -37,7 +37,7 @@
 //     once, nothing panics, and go-redis reconnects by itself. OnFallback and
 //     Fallback report it.
 //
-// A Budget implements retryhttp.RetryBudget:
+// A Budget implements retryhttp.Budget:
 //
 //	b, err := redisbudget.New(redisbudget.Options{Client: rdb, Key: "retry-budget:{orders-api}"})
 //	tr := &retryhttp.Transport{Budget: b}
@@ -141,8 +141,8 @@ type Options struct {
 	// back to the bucket.
 	TTL time.Duration
 	// Fallback pays for retries while Redis cannot be reached. Nil means a
-	// private retryhttp.Budget of Capacity tokens.
-	Fallback retryhttp.RetryBudget
+	// private retryhttp.NewTokenBucket of Capacity tokens.
+	Fallback retryhttp.Budget
 	// OnFallback, if not nil, is called when the budget falls back to its
 	// local bucket (err is why) and when it is back on Redis (err is nil).
 	// It is called once per change, before any withdrawal that waited for
@@ -162,12 +162,16 @@ type Budget struct {
 	opts     Options
 	key      string // the bucket this process draws from: Key, or a shard's
 	capacity int64  // its capacity
-	fallback retryhttp.RetryBudget
+	fallback retryhttp.Budget
 	epoch    time.Time // the clock's origin: times below are nanoseconds since
 
 	// The process's record in the bucket's hash (the fleet protocol): its
 	// field's name, and its totals, which every call carries.
-	id        string
+	id string
+	// The refunds of the lease's two costs, made once so that a retry
+	// allocates none.
+	refundRetry, refundThrottle func(bool)
+
 	lease     atomic.Int64 // tokens granted and not yet spent
 	spent     atomic.Int64 // tokens gone from the lease, in total: paid (refunds deducted) or expired
 	confirmed atomic.Int64 // when the freshest call that answered was sent: its record is that recent
@@ -208,7 +212,7 @@ type counters struct {
 	calls, failures, refused, fallbackPaid, taken, credited, dropped atomic.Int64
 }
 
-var _ retryhttp.RetryBudget = (*Budget)(nil)
+var _ retryhttp.Budget = (*Budget)(nil)
 
 // ErrBadData is the cause reported when the key holds something that is not
 // a budget (another type, or a hash whose fields are not numbers).
@@ -266,9 +270,10 @@ func New(opts Options) (*Budget, error) {
 		}
 	}
 	b.seen.Store(b.capacity) // a new bucket is full
+	b.refundRetry, b.refundThrottle = b.leaseRefund(retryhttp.RetryCost), b.leaseRefund(retryhttp.ThrottleRetryCost)
 	// A nil *retryhttp.Budget is none, as Transport.Budget reads it.
 	if b.fallback == nil || isNilPointer(b.fallback) {
-		b.fallback = retryhttp.NewBudget(int(opts.Capacity))
+		b.fallback = retryhttp.NewTokenBucket(int(opts.Capacity))
 	}
 	b.out.Add(1)
 	go b.warm()
@@ -295,7 +300,7 @@ const maxDuration = 100 * 365 * 24 * time.Hour
 
 // isNilPointer reports whether b is a nil pointer in a non-nil interface,
 // such as a *retryhttp.Budget never set.
-func isNilPointer(b retryhttp.RetryBudget) bool {
+func isNilPointer(b retryhttp.Budget) bool {
 	v := reflect.ValueOf(b)
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
@@ -426,7 +431,7 @@ func (b *Budget) Deposit(success bool) {
 		return
 	}
 	if b.deposits.Load()-b.seenDep.Load() < b.room.Load()+b.spent.Load() {
-		b.deposits.Add(retryhttp.SuccessReward)
+		b.deposits.Add(successReward)
 	}
 	// Deposits held at the room's limit travel too: the bucket may have
 	// room again by now.
@@ -445,22 +450,15 @@ func (b *Budget) Deposit(success bool) {
 // fallback pays. A process that saw the bucket hold too little less than
 // about Recheck ago refuses at once, without asking.
 //
-// The Tokens name who paid: a refund goes back to the lease (the fleet's
-// tokens) or to the fallback, whichever paid, whatever the budget uses by
-// the time of the refund.
-func (b *Budget) Withdraw(c retryhttp.Class) (retryhttp.Tokens, bool) {
-	return b.WithdrawContext(context.Background(), c)
-}
-
-// WithdrawContext is Withdraw for a request whose context may end first:
-// it refuses, holding nothing, when ctx has ended or ends while it waits for
-// Redis, and passes ctx on to a Fallback that is a ContextBudget too. The
-// Transport calls it with the request's context.
-func (b *Budget) WithdrawContext(ctx context.Context, c retryhttp.Class) (retryhttp.Tokens, bool) {
+// The refund goes back to the lease (the fleet's tokens) or to the
+// fallback, whichever paid, whatever the budget uses by the time of the
+// refund. It refuses, holding nothing, when ctx has ended or ends while it
+// waits for Redis, and passes ctx on to the Fallback.
+func (b *Budget) Withdraw(ctx context.Context, c retryhttp.Class) (func(bool), bool) {
 	if ctx.Err() != nil { // the request is gone: nothing to pay for, no call to make
-		return retryhttp.Tokens{}, false
+		return nil, false
 	}
-	cost := c.Cost()
+	cost := cost(c)
 	if b.takeLease(cost) {
 		return b.paid(cost)
 	}
@@ -473,7 +471,7 @@ func (b *Budget) WithdrawContext(ctx context.Context, c retryhttp.Class) (retryh
 	}()
 	for round := 0; ; round++ {
 		if round > 0 && ctx.Err() != nil {
-			return retryhttp.Tokens{}, false
+			return nil, false
 		}
 		now := b.now()
 		if round == 0 {
@@ -484,7 +482,7 @@ func (b *Budget) WithdrawContext(ctx context.Context, c retryhttp.Class) (retryh
 			return b.fromFallback(ctx, c)
 		case b.seen.Load() < cost && now < b.next.Load():
 			b.stats.refused.Add(1) // the bucket was too low a moment ago
-			return retryhttp.Tokens{}, false
+			return nil, false
 		case now >= deadline:
 			// Calls answered, but others took their tokens first: this one
 			// has waited its Timeout.
@@ -512,7 +510,7 @@ func (b *Budget) WithdrawContext(ctx context.Context, c retryhttp.Class) (retryh
 			case <-f.done: // it ends in time: its own timer sees to that
 			case <-ctx.Done():
 				b.unwait(cost)
-				return retryhttp.Tokens{}, false
+				return nil, false
 			}
 		} else {
 			if timer == nil {
@@ -522,7 +520,7 @@ func (b *Budget) WithdrawContext(ctx context.Context, c retryhttp.Class) (retryh
 			case <-f.done:
 			case <-ctx.Done():
 				b.unwait(cost)
-				return retryhttp.Tokens{}, false
+				return nil, false
 			case <-timer.C:
 				// A call that started after this withdrawal is still out:
 				// the fallback pays for this one.
@@ -674,9 +672,34 @@ func storeMax(v *atomic.Int64, x int64) {
 // errNotSent is the cause of a call that timed out waiting for the warm-up.
 var errNotSent = fmt.Errorf("%w: still connecting", ErrTimeout)
 
-// paid is a payment from the lease.
-func (b *Budget) paid(cost int64) (retryhttp.Tokens, bool) {
-	return retryhttp.Tokens{Cost: cost, Payer: (*lease)(b)}, true
+// paid is a payment from the lease: its refund goes back into the lease
+// (the tokens were taken from the fleet's bucket, and stay the fleet's).
+func (b *Budget) paid(cost int64) (func(bool), bool) {
+	if cost == retryhttp.ThrottleRetryCost {
+		return b.refundThrottle, true
+	}
+	return b.refundRetry, true
+}
+
+// leaseRefund returns the refund of cost tokens paid from the lease.
+func (b *Budget) leaseRefund(cost int64) func(bool) {
+	return func(bool) {
+		b.lease.Add(cost)
+		b.spent.Add(-cost)
+		b.expireLease()
+	}
+}
+
+// successReward is what a first-try success adds, as in the token bucket.
+const successReward = 1
+
+// cost is what a retry after a failure of class c takes, as in the token
+// bucket.
+func cost(c retryhttp.Class) int64 {
+	if c == retryhttp.Throttling {
+		return retryhttp.ThrottleRetryCost
+	}
+	return retryhttp.RetryCost
 }
 
 // unwait takes a withdrawal of cost out of the tokens wanted by those
@@ -687,15 +710,10 @@ func (b *Budget) unwait(cost int64) {
 	b.mu.Unlock()
 }
 
-// fromFallback is a payment from the fallback, whose Tokens name it.
-func (b *Budget) fromFallback(ctx context.Context, c retryhttp.Class) (retryhttp.Tokens, bool) {
-	var t retryhttp.Tokens
-	var ok bool
-	if cb, isCB := b.fallback.(retryhttp.ContextBudget); isCB {
-		t, ok = cb.WithdrawContext(ctx, c) // a fallback that waits ends with the request too
-	} else {
-		t, ok = b.fallback.Withdraw(c)
-	}
+// fromFallback is a payment from the fallback, whose refund goes back to
+// it.
+func (b *Budget) fromFallback(ctx context.Context, c retryhttp.Class) (func(bool), bool) {
+	t, ok := b.fallback.Withdraw(ctx, c) // a fallback that waits ends with the request too
 	if ok {
 		b.stats.fallbackPaid.Add(1)
 	}
@@ -715,16 +733,6 @@ func (b *Budget) takeLease(cost int64) bool {
 			return true
 		}
 	}
-}
-
-// lease is the Payer of what the lease paid: a refund goes back into it (the
-// tokens were taken from the fleet's bucket, and stay the fleet's).
-type lease Budget
-
-func (l *lease) Refund(t retryhttp.Tokens, sent bool) {
-	l.lease.Add(t.Cost)
-	l.spent.Add(-t.Cost)
-	(*Budget)(l).expireLease()
 }
 
 // expireLease drops the lease once no call of this process has answered

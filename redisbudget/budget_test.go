@@ -6,10 +6,12 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/herdproof/retryhttp"
 	"github.com/redis/go-redis/v9"
@@ -31,10 +33,10 @@ func TestSharedBucket(t *testing.T) {
 		{"second retry spends the lease, no Redis call", b1, retryhttp.Transient, true, 0, 472},
 		{"another process leases from the same bucket", b2, retryhttp.Throttling, true, 23, 444},
 	}
-	var paid retryhttp.Tokens
+	var paid func(bool)
 	for _, st := range steps {
-		tk, ok := st.b.Withdraw(st.class)
-		cost := tk.Cost
+		tk, ok := st.b.Withdraw(context.Background(), st.class)
+		cost := cost(st.class)
 		if st.b == b1 && ok {
 			paid = tk
 		}
@@ -45,15 +47,15 @@ func TestSharedBucket(t *testing.T) {
 	}
 	// A successful retry's refund stays in the lease; deposits travel with
 	// the next refill.
-	paid.Payer.Refund(paid, true)
+	paid(true)
 	for range 10 {
 		b1.Deposit(true)
 	}
-	b1.Withdraw(retryhttp.Transient) // paid by the refund: no Redis call
+	b1.Withdraw(context.Background(), retryhttp.Transient) // paid by the refund: no Redis call
 	if got := s.tokens("fleet"); got != 444 {
 		t.Errorf("after a refund-paid retry: got %d in Redis; want 444", got)
 	}
-	b1.Withdraw(retryhttp.Transient) // refill: +10 deposits, -28
+	b1.Withdraw(context.Background(), retryhttp.Transient) // refill: +10 deposits, -28
 	if got := s.tokens("fleet"); got != 444+10-28 {
 		t.Errorf("after a refill with 10 deposits: got %d in Redis; want %d", got, 444+10-28)
 	}
@@ -73,11 +75,11 @@ func TestAtomicUnderConcurrency(t *testing.T) {
 		for range 10 {
 			wg.Go(func() {
 				for {
-					cost, ok := b.Withdraw(retryhttp.Transient)
+					_, ok := b.Withdraw(context.Background(), retryhttp.Transient)
 					if !ok {
 						return
 					}
-					spent.Add(cost.Cost)
+					spent.Add(retryhttp.RetryCost)
 				}
 			})
 		}
@@ -105,12 +107,12 @@ func TestRedisRestart(t *testing.T) {
 		o.RetryAfter = 20 * time.Millisecond
 		o.OnFallback = func(err error) { changes = append(changes, err) }
 	})
-	b.Withdraw(retryhttp.Transient)
-	b.Withdraw(retryhttp.Transient) // the lease is spent
-	s.restart()                     // the bucket is gone with the data (no persistence)
+	b.Withdraw(context.Background(), retryhttp.Transient)
+	b.Withdraw(context.Background(), retryhttp.Transient) // the lease is spent
+	s.restart()                                           // the bucket is gone with the data (no persistence)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if _, ok := b.Withdraw(retryhttp.Transient); !ok {
+		if _, ok := b.Withdraw(context.Background(), retryhttp.Transient); !ok {
 			t.Fatal("a retry was refused: the fallback or the new bucket should pay")
 		}
 		if down, _ := b.Fallback(); !down && s.client().Exists(context.Background(), "fleet").Val() == 1 {
@@ -154,7 +156,7 @@ func TestSlowRedisFallsBackWithinTheTimeout(t *testing.T) {
 	var worst time.Duration
 	for range 20 {
 		start := time.Now()
-		if _, ok := b.Withdraw(retryhttp.Transient); !ok {
+		if _, ok := b.Withdraw(context.Background(), retryhttp.Transient); !ok {
 			t.Fatal("a retry was refused; want the fallback to pay")
 		}
 		worst = max(worst, time.Since(start))
@@ -171,7 +173,7 @@ func TestSlowRedisFallsBackWithinTheTimeout(t *testing.T) {
 	// After the sleep, the budget finds Redis again by itself.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		b.Withdraw(retryhttp.Transient)
+		b.Withdraw(context.Background(), retryhttp.Transient)
 		if down, _ := b.Fallback(); !down {
 			break
 		}
@@ -185,7 +187,7 @@ func TestSlowRedisFallsBackWithinTheTimeout(t *testing.T) {
 func TestKeyExpiry(t *testing.T) {
 	s := startRedis(t)
 	b := newBudget(t, s.client(), "fleet", func(o *Options) { o.TTL = 100 * time.Millisecond })
-	b.Withdraw(retryhttp.Transient)
+	b.Withdraw(context.Background(), retryhttp.Transient)
 	if s.tokens("fleet") != DefaultCapacity-DefaultLease {
 		t.Fatalf("got %d; want %d", s.tokens("fleet"), DefaultCapacity-DefaultLease)
 	}
@@ -197,8 +199,8 @@ func TestKeyExpiry(t *testing.T) {
 	if n := s.client().Exists(context.Background(), "fleet").Val(); n != 0 {
 		t.Fatalf("the key still exists after its TTL")
 	}
-	b.Withdraw(retryhttp.Transient)
-	b.Withdraw(retryhttp.Transient) // refill from a new, full bucket
+	b.Withdraw(context.Background(), retryhttp.Transient)
+	b.Withdraw(context.Background(), retryhttp.Transient) // refill from a new, full bucket
 	if got := s.tokens("fleet"); got != DefaultCapacity-DefaultLease {
 		t.Errorf("got %d in the bucket after expiry; want a fresh one less a lease, %d", got, DefaultCapacity-DefaultLease)
 	}
@@ -209,11 +211,11 @@ func TestFleetsAreIndependent(t *testing.T) {
 	a := newBudget(t, s.client(), "fleet:{a}")
 	b := newBudget(t, s.client(), "fleet:{b}")
 	for {
-		if _, ok := a.Withdraw(retryhttp.Transient); !ok {
+		if _, ok := a.Withdraw(context.Background(), retryhttp.Transient); !ok {
 			break
 		}
 	}
-	if _, ok := b.Withdraw(retryhttp.Transient); !ok {
+	if _, ok := b.Withdraw(context.Background(), retryhttp.Transient); !ok {
 		t.Error("fleet b was refused after fleet a drained its own bucket")
 	}
 	if got := s.tokens("fleet:{b}"); got != DefaultCapacity-DefaultLease {
@@ -238,7 +240,7 @@ func TestBadDataFallsBack(t *testing.T) {
 				o.OnFallback = func(err error) { reports = append(reports, err) }
 			})
 			for range 20 {
-				if _, ok := b.Withdraw(retryhttp.Transient); !ok {
+				if _, ok := b.Withdraw(context.Background(), retryhttp.Transient); !ok {
 					t.Fatal("a retry was refused; want the fallback to pay")
 				}
 				time.Sleep(2 * time.Millisecond) // past RetryAfter: Redis is tried again
@@ -298,8 +300,8 @@ func TestTransportHookSeesTheFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if len(seen) != 3 || !seen[0].BudgetFallback || seen[0].Decision != retryhttp.Retry {
-		t.Errorf("got attempts %v; want 3, the first a retry paid by the fallback (BudgetFallback)", seen)
+	if len(seen) != 3 || !strings.Contains(seen[0].String(), "(budget fallback)") || seen[0].Decision != retryhttp.Retry {
+		t.Errorf("got attempts %v; want 3, the first a retry paid by the fallback (budget fallback)", seen)
 	}
 }
 
@@ -340,7 +342,7 @@ func TestPerHostFleetBudgets(t *testing.T) {
 	for range 2 {
 		rdb := s.client()
 		tr := &retryhttp.Transport{
-			PerHost: &retryhttp.PerHost{Budget: func(dest string) retryhttp.RetryBudget {
+			PerHost: &retryhttp.PerHost{Budget: func(dest string) retryhttp.Budget {
 				keys.Store(dest, true)
 				return newBudget(t, rdb, "retry-budget:"+dest)
 			}},
@@ -394,7 +396,7 @@ func TestHugeCapacity(t *testing.T) {
 			s := startRedis(t)
 			b := newBudget(t, s.client(), "fleet", func(o *Options) { o.Capacity = capacity })
 			for i := range 4 {
-				if _, ok := b.Withdraw(retryhttp.Transient); !ok {
+				if _, ok := b.Withdraw(context.Background(), retryhttp.Transient); !ok {
 					t.Fatalf("Capacity %d: retry %d refused (seen %d); want every one paid from a bucket that large", capacity, i+1, b.seen.Load())
 				}
 			}
@@ -402,12 +404,12 @@ func TestHugeCapacity(t *testing.T) {
 	}
 }
 
-// A nil *retryhttp.Budget as Fallback (a variable never set): the
-// Transport reads a nil *Budget in its Budget field as "none"; New keeps
-// it, and the first withdrawal that falls back panics on it.
+// A nil pointer as Fallback (a *Budget variable never set): the Transport
+// reads a nil pointer in its Budget field as "none"; New keeps it, and the
+// first withdrawal that falls back panics on it.
 func TestTypedNilFallback(t *testing.T) {
 	s := startRedis(t)
-	var fb *retryhttp.Budget // not configured
+	var fb *Budget // not configured
 	b := newBudget(t, s.client(), "fleet", func(o *Options) { o.Timeout = 50 * time.Millisecond; o.Fallback = fb })
 	s.stop() // Redis is gone
 	defer func() {
@@ -415,8 +417,19 @@ func TestTypedNilFallback(t *testing.T) {
 			t.Errorf("Withdraw panicked with Redis down and a nil *Budget Fallback: %v; want the default fallback to pay", p)
 		}
 	}()
-	if _, ok := b.Withdraw(retryhttp.Transient); !ok {
+	if _, ok := b.Withdraw(context.Background(), retryhttp.Transient); !ok {
 		t.Errorf("refused; want the default fallback (a private Budget of Capacity) to pay")
 	}
 	b.Deposit(true)
+}
+
+// fromLease reports whether refund is one of b's lease refunds, which give
+// tokens back to the lease (the fallback's give them back to it).
+func fromLease(b *Budget, refund func(bool)) bool {
+	return refund != nil && (sameFunc(refund, b.refundRetry) || sameFunc(refund, b.refundThrottle))
+}
+
+// sameFunc reports whether f and g are the same func value.
+func sameFunc(f, g func(bool)) bool {
+	return *(*unsafe.Pointer)(unsafe.Pointer(&f)) == *(*unsafe.Pointer)(unsafe.Pointer(&g))
 }

@@ -51,9 +51,9 @@ func (m *meter) Fallback() (bool, error) {
 	return m.b.Fallback()
 }
 
-func (m *meter) Withdraw(c retryhttp.Class) (retryhttp.Tokens, bool) {
+func (m *meter) Withdraw(ctx context.Context, c retryhttp.Class) (func(bool), bool) {
 	start := time.Now()
-	t, ok := m.b.Withdraw(c)
+	refund, ok := m.b.Withdraw(ctx, c)
 	d := int64(time.Since(start))
 	for w := m.worst.Load(); d > w && !m.worst.CompareAndSwap(w, d); w = m.worst.Load() {
 	}
@@ -62,37 +62,29 @@ func (m *meter) Withdraw(c retryhttp.Class) (retryhttp.Tokens, bool) {
 	}
 	if !ok {
 		m.refusals.Add(1)
-		return t, false
+		return refund, false
 	}
 	m.retries.Add(1)
-	_, fromLease := t.Payer.(*lease)
-	if fromLease {
-		m.leasePaid.Add(t.Cost)
+	paid, lease := cost(c), fromLease(m.b, refund)
+	if lease {
+		m.leasePaid.Add(paid)
 	} else {
-		m.fbPaid.Add(t.Cost)
+		m.fbPaid.Add(paid)
 	}
-	return retryhttp.Tokens{Cost: t.Cost, Payer: &meteredPayer{m: m, paid: t, fromLease: fromLease}}, true
-}
-
-type meteredPayer struct {
-	m         *meter
-	paid      retryhttp.Tokens
-	fromLease bool
-}
-
-func (p *meteredPayer) Refund(_ retryhttp.Tokens, sent bool) {
-	if p.fromLease {
-		p.m.leaseRefunded.Add(p.paid.Cost)
-	} else {
-		p.m.fbRefunded.Add(p.paid.Cost)
-	}
-	p.paid.Payer.Refund(p.paid, sent)
+	return func(sent bool) {
+		if lease {
+			m.leaseRefunded.Add(paid)
+		} else {
+			m.fbRefunded.Add(paid)
+		}
+		refund(sent)
+	}, true
 }
 
 // countingFallback is a process's fallback bucket, counting the deposits it
 // gets (its allowance grows by them).
 type countingFallback struct {
-	*retryhttp.Budget
+	retryhttp.Budget
 	m *meter
 }
 
@@ -284,7 +276,7 @@ func chaosRun(t *testing.T, seed uint64, cluster bool) chaosFigures {
 		}
 		clients = append(clients, rdb)
 		b, err := New(Options{Client: rdb, Key: key, Timeout: timeout, RetryAfter: 200 * time.Millisecond,
-			Recheck: 200 * time.Millisecond, Fallback: countingFallback{retryhttp.NewBudget(DefaultCapacity), m},
+			Recheck: 200 * time.Millisecond, Fallback: countingFallback{retryhttp.NewTokenBucket(DefaultCapacity), m},
 			OnFallback: func(err error) {
 				if err != nil {
 					m.fallbacks.Add(1)

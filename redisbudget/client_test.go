@@ -102,11 +102,11 @@ func (r *rawConn) line(t *testing.T) string {
 // does.
 func spendLeaseWith50Deposits(t *testing.T, s *redisServer, b *Budget) {
 	t.Helper()
-	b.Withdraw(retryhttp.Transient) // leases 28: 72 left
+	b.Withdraw(context.Background(), retryhttp.Transient) // leases 28: 72 left
 	for range 50 {
 		b.Deposit(true)
 	}
-	b.Withdraw(retryhttp.Transient) // the lease is spent
+	b.Withdraw(context.Background(), retryhttp.Transient) // the lease is spent
 	if st := b.Stats(); st.Calls != 1 || st.Failures != 0 || s.tokens("fleet") != 72 {
 		t.Fatalf("setup: got %+v, %d in Redis; want one call, no failure, 72", st, s.tokens("fleet"))
 	}
@@ -141,7 +141,7 @@ func testCreditedOnceAfterClientKill(t *testing.T, client func(redis.UniversalOp
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		b.Withdraw(retryhttp.Transient) // carries the 50 deposits
+		b.Withdraw(context.Background(), retryhttp.Transient) // carries the 50 deposits
 	}()
 	time.Sleep(30 * time.Millisecond)
 	killer.send(t, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
@@ -172,7 +172,7 @@ func testCreditedOnceAfterAPause(t *testing.T, client func(redis.UniversalOption
 	spendLeaseWith50Deposits(t, s, b)
 	s.pause()
 	time.AfterFunc(300*time.Millisecond, s.resume)
-	b.Withdraw(retryhttp.Transient) // carries the 50 deposits
+	b.Withdraw(context.Background(), retryhttp.Transient) // carries the 50 deposits
 	time.Sleep(300 * time.Millisecond)
 	waitFor(t, "the call to end", func() bool { return b.out.Load() == 0 })
 	creditedOnce(t, s, b)
@@ -223,11 +223,9 @@ func testLateAnswersLand(t *testing.T, client func(redis.UniversalOptions) redis
 	var wg sync.WaitGroup
 	for _, b := range budgets {
 		wg.Go(func() {
-			tk, ok := b.Withdraw(retryhttp.Transient)
-			if ok {
-				if _, isLease := tk.Payer.(*lease); isLease {
-					spentFromLease.Add(tk.Cost)
-				}
+			tk, ok := b.Withdraw(context.Background(), retryhttp.Transient)
+			if ok && fromLease(b, tk) {
+				spentFromLease.Add(retryhttp.RetryCost)
 			}
 		})
 	}
@@ -246,11 +244,11 @@ func testLateAnswersLand(t *testing.T, client func(redis.UniversalOptions) redis
 	// One more retry for each process, now that Redis answers.
 	paidAfter, refusedAfter := 0, 0
 	for _, b := range budgets {
-		tk, ok := b.Withdraw(retryhttp.Transient)
+		tk, ok := b.Withdraw(context.Background(), retryhttp.Transient)
 		if !ok {
 			refusedAfter++
-		} else if _, isLease := tk.Payer.(*lease); isLease {
-			spentFromLease.Add(tk.Cost)
+		} else if fromLease(b, tk) {
+			spentFromLease.Add(retryhttp.RetryCost)
 			paidAfter++
 		}
 	}
@@ -304,15 +302,15 @@ func TestRedisRefusingWrites(t *testing.T) {
 				o.OnFallback = func(err error) { mu.Lock(); reports = append(reports, err); mu.Unlock() }
 			})
 			s.client().HSet(context.Background(), "fleet", "tokens", 100)
-			b.Withdraw(retryhttp.Transient) // 72 left
+			b.Withdraw(context.Background(), retryhttp.Transient) // 72 left
 			for range 50 {
 				b.Deposit(true)
 			}
-			b.Withdraw(retryhttp.Transient) // lease spent; 50 deposits pending
+			b.Withdraw(context.Background(), retryhttp.Transient) // lease spent; 50 deposits pending
 			tc.break_(t, s)
 			for range 5 {
 				start := time.Now()
-				if _, ok := b.Withdraw(retryhttp.Transient); !ok {
+				if _, ok := b.Withdraw(context.Background(), retryhttp.Transient); !ok {
 					t.Fatal("refused; want the fallback to pay")
 				}
 				if d := time.Since(start); d > 300*time.Millisecond {
@@ -328,7 +326,7 @@ func TestRedisRefusingWrites(t *testing.T) {
 			tc.fix(t, s)
 			time.Sleep(10 * time.Millisecond)
 			for i := 0; ; i++ {
-				b.Withdraw(retryhttp.Transient)
+				b.Withdraw(context.Background(), retryhttp.Transient)
 				if d, _ := b.Fallback(); !d {
 					break
 				}
@@ -383,7 +381,7 @@ func TestPasswordNeverReported(t *testing.T) {
 				t.Fatal(err)
 			}
 			for range 3 {
-				if _, ok := b.Withdraw(retryhttp.Transient); !ok {
+				if _, ok := b.Withdraw(context.Background(), retryhttp.Transient); !ok {
 					t.Fatal("refused; want the fallback to pay")
 				}
 				time.Sleep(3 * time.Millisecond)

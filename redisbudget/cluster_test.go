@@ -210,8 +210,8 @@ func TestCluster(t *testing.T) {
 	t.Run("one bucket for the fleet", func(t *testing.T) {
 		var retries int
 		for {
-			_, ok1 := b1.Withdraw(retryhttp.Transient)
-			_, ok2 := b2.Withdraw(retryhttp.Transient)
+			_, ok1 := b1.Withdraw(context.Background(), retryhttp.Transient)
+			_, ok2 := b2.Withdraw(context.Background(), retryhttp.Transient)
 			retries += btoi(ok1) + btoi(ok2)
 			if !ok1 && !ok2 {
 				break
@@ -220,7 +220,7 @@ func TestCluster(t *testing.T) {
 		if retries != 35 {
 			t.Errorf("got %d retries from two processes; want 35, one bucket", retries)
 		}
-		if _, ok := other.Withdraw(retryhttp.Transient); !ok {
+		if _, ok := other.Withdraw(context.Background(), retryhttp.Transient); !ok {
 			t.Error("another key's bucket was refused: it is a bucket of its own")
 		}
 		rdb := c.client()
@@ -251,7 +251,7 @@ func TestCluster(t *testing.T) {
 		for more := true; more; {
 			more = false
 			for _, b := range budgets {
-				if _, ok := b.Withdraw(retryhttp.Transient); ok {
+				if _, ok := b.Withdraw(context.Background(), retryhttp.Transient); ok {
 					retries++
 					more = true
 				}
@@ -278,7 +278,7 @@ func TestCluster(t *testing.T) {
 		owner := c.owner(c.client(), key)
 		owner.stop()
 		start := time.Now()
-		if _, ok := b.Withdraw(retryhttp.Transient); !ok {
+		if _, ok := b.Withdraw(context.Background(), retryhttp.Transient); !ok {
 			t.Fatal("refused with the bucket's node down; want the fallback to pay")
 		}
 		if d := time.Since(start); d > 150*time.Millisecond {
@@ -290,7 +290,7 @@ func TestCluster(t *testing.T) {
 		owner.start() // same port, same nodes.conf: it takes its slots back
 		c.waitOK()
 		waitFor(t, "the budget back on the cluster", func() bool {
-			b.Withdraw(retryhttp.Transient)
+			b.Withdraw(context.Background(), retryhttp.Transient)
 			down, _ := b.Fallback()
 			return !down
 		})

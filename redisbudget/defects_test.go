@@ -62,7 +62,7 @@ func TestDepositsAtTheRoomLimitTravel(t *testing.T) {
 	s := startRedis(t)
 	s.client().HSet(context.Background(), "fleet", "tokens", DefaultCapacity-10)
 	b := newBudget(t, s.client(), "fleet", func(o *Options) { o.Recheck = recheck; o.Timeout = time.Second })
-	if _, ok := b.Withdraw(retryhttp.Transient); !ok { // leases 28, spends 14: the bucket at 462
+	if _, ok := b.Withdraw(context.Background(), retryhttp.Transient); !ok { // leases 28, spends 14: the bucket at 462
 		t.Fatal("refused")
 	}
 	start := time.Now()
@@ -93,25 +93,25 @@ func TestDepositsAtTheRoomLimitTravel(t *testing.T) {
 func TestLeasesCountAgainstARefilledBucket(t *testing.T) {
 	const procs = 10
 	s := startRedis(t)
-	var budgets []retryhttp.RetryBudget
+	var budgets []retryhttp.Budget
 	for range procs {
 		budgets = append(budgets, newBudget(t, s.client(), "fleet", func(o *Options) {
 			o.Recheck = 20 * time.Millisecond
 			o.Timeout = time.Second
 		}))
 	}
-	one := retryhttp.NewBudget(DefaultCapacity)
-	shared := make([]retryhttp.RetryBudget, procs)
+	one := retryhttp.NewTokenBucket(DefaultCapacity)
+	shared := make([]retryhttp.Budget, procs)
 	for i := range shared {
 		shared[i] = one
 	}
-	drive := func(bs []retryhttp.RetryBudget) int {
+	drive := func(bs []retryhttp.Budget) int {
 		for _, b := range bs { // a retry that succeeded: its refund back
-			tk, ok := b.Withdraw(retryhttp.Transient)
+			tk, ok := b.Withdraw(context.Background(), retryhttp.Transient)
 			if !ok {
 				t.Fatal("the first retry was refused")
 			}
-			tk.Payer.Refund(tk, true)
+			tk(true)
 		}
 		for range 30 { // first-try successes: 3,000, over 30 Rechecks
 			for _, b := range bs {
@@ -127,7 +127,7 @@ func TestLeasesCountAgainstARefilledBucket(t *testing.T) {
 				more = false
 				for _, b := range bs {
 					b.Deposit(false)
-					if _, ok := b.Withdraw(retryhttp.Transient); ok {
+					if _, ok := b.Withdraw(context.Background(), retryhttp.Transient); ok {
 						retries++
 						more = true
 					}
@@ -179,7 +179,7 @@ func TestRecordsExpireWithTheTTL(t *testing.T) {
 	opts := func(o *Options) { o.TTL = ttl; o.Capacity = 1 << 20; o.Timeout = time.Second }
 	for range 150 {
 		b := newBudget(t, rdb, "fleet", opts)
-		if _, ok := b.Withdraw(retryhttp.Transient); !ok { // a lease of 28, 14 spent
+		if _, ok := b.Withdraw(context.Background(), retryhttp.Transient); !ok { // a lease of 28, 14 spent
 			t.Fatal("refused")
 		}
 	}
@@ -189,7 +189,7 @@ func TestRecordsExpireWithTheTTL(t *testing.T) {
 	live := newBudget(t, rdb, "fleet", opts)
 	call := func() { // one call to Redis
 		for c := live.Stats().Calls; live.Stats().Calls == c; {
-			live.Withdraw(retryhttp.Transient)
+			live.Withdraw(context.Background(), retryhttp.Transient)
 		}
 	}
 	for start := time.Now(); time.Since(start) < ttl+50*time.Millisecond; {

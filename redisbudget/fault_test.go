@@ -24,8 +24,8 @@ func TestStalledRedisHoldsNoWithdrawalPastTimeout(t *testing.T) {
 	const timeout = 100 * time.Millisecond
 	s := startRedis(t)
 	b := newBudget(t, s.client(), "fleet", func(o *Options) { o.Timeout = timeout })
-	b.Withdraw(retryhttp.Transient) // connected, script loaded, lease of 28
-	b.Withdraw(retryhttp.Transient) // the lease is spent
+	b.Withdraw(context.Background(), retryhttp.Transient) // connected, script loaded, lease of 28
+	b.Withdraw(context.Background(), retryhttp.Transient) // the lease is spent
 	s.pause()
 	defer s.resume()
 	times := make([]time.Duration, 30)
@@ -34,7 +34,7 @@ func TestStalledRedisHoldsNoWithdrawalPastTimeout(t *testing.T) {
 	for i := range times {
 		wg.Go(func() {
 			start := time.Now()
-			if _, ok := b.Withdraw(retryhttp.Transient); !ok {
+			if _, ok := b.Withdraw(context.Background(), retryhttp.Transient); !ok {
 				refused.Add(1)
 			}
 			times[i] = time.Since(start)
@@ -66,7 +66,7 @@ func TestSmallLeasePaysForARetry(t *testing.T) {
 	})
 	var granted int
 	for i := range 3 {
-		if _, ok := b.Withdraw(retryhttp.Transient); ok {
+		if _, ok := b.Withdraw(context.Background(), retryhttp.Transient); ok {
 			granted++
 		}
 		if b.Available() < 0 {
@@ -111,16 +111,16 @@ func TestDepositsCreditedOnceAfterATimeout(t *testing.T) {
 				o.RetryAfter = 10 * time.Millisecond
 				o.Recheck = time.Hour // no call carries deposits alone here
 			})
-			b.Withdraw(retryhttp.Transient) // leases 28: 72 left
+			b.Withdraw(context.Background(), retryhttp.Transient) // leases 28: 72 left
 			for range 50 {
 				b.Deposit(true)
 			}
-			b.Withdraw(retryhttp.Transient) // the lease is spent
+			b.Withdraw(context.Background(), retryhttp.Transient) // the lease is spent
 			if st := b.Stats(); st.Failures != 0 || st.FallbackPayments != 0 {
 				t.Fatalf("before the pause: got %d failed calls, %d retries paid by the fallback; want none", st.Failures, st.FallbackPayments)
 			}
 			s.pause()
-			if _, ok := b.Withdraw(retryhttp.Transient); !ok { // carries the 50, no answer
+			if _, ok := b.Withdraw(context.Background(), retryhttp.Transient); !ok { // carries the 50, no answer
 				t.Fatal("refused; want the fallback to pay")
 			}
 			if tc.opts.ReadTimeout == 0 {
@@ -139,7 +139,7 @@ func TestDepositsCreditedOnceAfterATimeout(t *testing.T) {
 			// Spend what the late answer leased, if it came, up to the next
 			// call, which has no deposits to carry.
 			for calls := b.Stats().Calls; b.Stats().Calls == calls; {
-				b.Withdraw(retryhttp.Transient)
+				b.Withdraw(context.Background(), retryhttp.Transient)
 			}
 			if got, want := s.tokens("fleet"), int64(72+50-28-28); got != want {
 				t.Errorf("got %d tokens in Redis; want %d (the 50 deposits credited once)", got, want)
@@ -157,29 +157,29 @@ func TestDepositsCreditedOnceAfterATimeout(t *testing.T) {
 // tokens to the fleet).
 func TestRefundGoesToWhoPaid(t *testing.T) {
 	s := startRedis(t)
-	fb := retryhttp.NewBudget(500)
+	fb := retryhttp.NewTokenBucket(500)
 	b := newBudget(t, s.client(), "fleet", func(o *Options) {
 		o.Timeout = 100 * time.Millisecond
 		o.RetryAfter = 10 * time.Millisecond
 		o.Fallback = fb
 	})
-	b.Withdraw(retryhttp.Transient)
-	b.Withdraw(retryhttp.Transient) // the lease is spent; Redis holds 472
+	b.Withdraw(context.Background(), retryhttp.Transient)
+	b.Withdraw(context.Background(), retryhttp.Transient) // the lease is spent; Redis holds 472
 	s.stop()
-	paid, ok := b.Withdraw(retryhttp.Transient)
+	paid, ok := b.Withdraw(context.Background(), retryhttp.Transient)
 	if down, _ := b.Fallback(); !ok || !down || fb.Available() != 486 {
 		t.Fatalf("with Redis stopped: got ok %v, fallback %v, %d in the fallback; want true, true, 486", ok, down, fb.Available())
 	}
 	s.start() // a fresh bucket of 500
 	time.Sleep(20 * time.Millisecond)
-	if _, ok := b.Withdraw(retryhttp.Transient); !ok {
+	if _, ok := b.Withdraw(context.Background(), retryhttp.Transient); !ok {
 		t.Fatal("refused after Redis came back")
 	}
 	if down, err := b.Fallback(); down {
 		t.Fatalf("still falling back: %v", err)
 	}
 	lease, redisTokens := b.Available(), s.tokens("fleet")
-	paid.Payer.Refund(paid, true) // the retry the fallback paid succeeded
+	paid(true) // the retry the fallback paid succeeded
 	if fb.Available() != 500 || b.Available() != lease || s.tokens("fleet") != redisTokens {
 		t.Errorf("after the refund: got %d in the fallback, %d in the lease, %d in Redis; want 500, %d, %d",
 			fb.Available(), b.Available(), s.tokens("fleet"), lease, redisTokens)
@@ -253,7 +253,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // A withdrawal that waits for a stalled Redis holds the request past its
-// own deadline (Policy.Timeout, or the caller's context): RetryBudget's
+// own deadline (Policy.Timeout, or the caller's context): Budget's
 // Withdraw takes no context, and weigh checks the deadline before it, not
 // after. The Transport promises to keep every attempt and wait inside one
 // deadline.
@@ -271,8 +271,8 @@ func TestWithdrawEndsWithTheRequest(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := startRedis(t)
 			b := newBudget(t, s.client(), "fleet", func(o *Options) { o.Timeout = budgetTimeout })
-			b.Withdraw(retryhttp.Transient)
-			b.Withdraw(retryhttp.Transient) // the lease is spent: the next retry asks Redis
+			b.Withdraw(context.Background(), retryhttp.Transient)
+			b.Withdraw(context.Background(), retryhttp.Transient) // the lease is spent: the next retry asks Redis
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				w.WriteHeader(http.StatusServiceUnavailable)
 			}))
@@ -315,18 +315,18 @@ func TestRedisKilledMidCall(t *testing.T) {
 			}
 		}
 	})
-	b.Withdraw(retryhttp.Transient)
-	b.Withdraw(retryhttp.Transient)
+	b.Withdraw(context.Background(), retryhttp.Transient)
+	b.Withdraw(context.Background(), retryhttp.Transient)
 	s.pause()
 	proc := s.cmd.Process
 	time.AfterFunc(50*time.Millisecond, func() { proc.Kill() }) // SIGKILL while the call waits
 	start := time.Now()
-	tk, ok := b.Withdraw(retryhttp.Transient)
+	tk, ok := b.Withdraw(context.Background(), retryhttp.Transient)
 	if took := time.Since(start); !ok || took > 400*time.Millisecond {
 		t.Errorf("got ok %v after %v; want a fallback payment within about the Timeout", ok, took)
 	}
-	if tk.Payer == nil || fell.Load() != 1 {
-		t.Errorf("got payer %T, %d fallbacks; want the fallback's, 1", tk.Payer, fell.Load())
+	if tk == nil || fromLease(b, tk) || fell.Load() != 1 {
+		t.Errorf("got lease refund %v, %d fallbacks; want the fallback's, 1", fromLease(b, tk), fell.Load())
 	}
 }
 
@@ -343,7 +343,7 @@ func TestPanickingOnFallbackIsRecovered(t *testing.T) {
 		s.stop()
 		func() {
 			defer func() { recover() }() // the caller guards its own goroutine
-			b.Withdraw(retryhttp.Transient)
+			b.Withdraw(context.Background(), retryhttp.Transient)
 		}()
 		time.Sleep(200 * time.Millisecond)
 		return
@@ -357,9 +357,9 @@ func TestPanickingOnFallbackIsRecovered(t *testing.T) {
 }
 
 // While Redis is down, the fallback pays, through Withdraw, which takes no
-// context: a Fallback that is itself a ContextBudget (a second fleet
+// context: a Fallback whose Withdraw waits too (a second fleet
 // budget, in another region say) holds the request up to its own Timeout,
-// past the request's deadline, which WithdrawContext promises not to do.
+// past the request's deadline, which Withdraw promises not to do.
 func TestFallbackWithdrawalEndsWithTheContext(t *testing.T) {
 	primary, secondary := startRedis(t), startRedis(t)
 	fb := newBudget(t, secondary.client(), "fleet", func(o *Options) { o.Timeout = time.Second })
@@ -367,8 +367,8 @@ func TestFallbackWithdrawalEndsWithTheContext(t *testing.T) {
 	b := newBudget(t, primary.client(), "fleet", func(o *Options) { o.Timeout = time.Second; o.Fallback = fb })
 	<-b.warmed
 	primary.stop() // the budget falls back
-	if tk, ok := b.Withdraw(retryhttp.Transient); ok {
-		tk.Payer.Refund(tk, false)
+	if tk, ok := b.Withdraw(context.Background(), retryhttp.Transient); ok {
+		tk(false)
 	}
 	if down, _ := b.Fallback(); !down {
 		t.Fatal("the budget did not fall back")
@@ -381,14 +381,14 @@ func TestFallbackWithdrawalEndsWithTheContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	tk, ok := b.WithdrawContext(ctx, retryhttp.Transient)
+	tk, ok := b.Withdraw(ctx, retryhttp.Transient)
 	took := time.Since(start)
 	if ok {
-		tk.Payer.Refund(tk, false)
+		tk(false)
 	}
-	t.Logf("took %v ok %v payer %T primary %+v fb %+v", took, ok, tk.Payer, b.Stats(), fb.Stats())
+	t.Logf("took %v ok %v from lease %v primary %+v fb %+v", took, ok, fromLease(b, tk), b.Stats(), fb.Stats())
 	if took > 400*time.Millisecond {
-		t.Errorf("WithdrawContext took %v (ok %v); want it to end with its context (100ms), not wait the fallback's 1s Timeout",
+		t.Errorf("Withdraw took %v (ok %v); want it to end with its context (100ms), not wait the fallback's 1s Timeout",
 			took.Round(time.Millisecond), ok)
 	}
 }
@@ -399,22 +399,22 @@ func TestFallbackWithdrawalEndsWithTheContext(t *testing.T) {
 func TestDoneContextRefuses(t *testing.T) {
 	s := startRedis(t)
 	b := newBudget(t, s.client(), "fleet")
-	tk, ok := b.Withdraw(retryhttp.Transient) // fills the lease (28), pays 14
+	tk, ok := b.Withdraw(context.Background(), retryhttp.Transient) // fills the lease (28), pays 14
 	if !ok {
 		t.Fatal("first withdrawal refused")
 	}
-	tk.Payer.Refund(tk, false)
+	tk(false)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if tk, ok := b.WithdrawContext(ctx, retryhttp.Transient); ok {
-		tk.Payer.Refund(tk, false)
+	if tk, ok := b.Withdraw(ctx, retryhttp.Transient); ok {
+		tk(false)
 		t.Errorf("lease: got ok with a context already done; want a refusal")
 	}
 	for b.lease.Load() >= retryhttp.RetryCost { // empty the lease
 		b.takeLease(retryhttp.RetryCost)
 	}
 	calls := b.Stats().Calls
-	if _, ok := b.WithdrawContext(ctx, retryhttp.Transient); ok {
+	if _, ok := b.Withdraw(ctx, retryhttp.Transient); ok {
 		t.Errorf("empty lease: got ok with a context already done; want a refusal")
 	}
 	if got := b.Stats().Calls; got != calls {
@@ -442,10 +442,10 @@ func TestCanceledWithdrawalsConserveTokens(t *testing.T) {
 				if (g+i)%3 == 0 {
 					c = retryhttp.Throttling
 				}
-				tk, ok := b.WithdrawContext(ctx, c)
+				tk, ok := b.Withdraw(ctx, c)
 				cancel()
-				if ok && tk.Payer != nil {
-					tk.Payer.Refund(tk, false)
+				if ok && tk != nil {
+					tk(false)
 				}
 			}
 		})
@@ -479,7 +479,7 @@ func TestPerHostWithdrawEndsWithTheRequest(t *testing.T) {
 	}))
 	defer srv.Close()
 	tr := &retryhttp.Transport{
-		PerHost: &retryhttp.PerHost{Budget: func(dest string) retryhttp.RetryBudget {
+		PerHost: &retryhttp.PerHost{Budget: func(dest string) retryhttp.Budget {
 			b := newBudget(t, rdb, "rb:"+dest, func(o *Options) { o.Timeout = time.Second; o.Lease = 14 })
 			mu.Lock()
 			budgets = append(budgets, b)

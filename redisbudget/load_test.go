@@ -108,7 +108,7 @@ func runOutage(t *testing.T, s *redisServer, procs int, rate float64, d time.Dur
 		budgets = append(budgets, b)
 		send := func() {
 			for range 2 { // MaxAttempts 3: up to two retries
-				if _, ok := b.Withdraw(retryhttp.Transient); !ok {
+				if _, ok := b.Withdraw(context.Background(), retryhttp.Transient); !ok {
 					return
 				}
 				retries.Add(1)

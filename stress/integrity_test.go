@@ -128,7 +128,7 @@ func stressIntegrity(t *testing.T, h2 bool) {
 	var id atomic.Int64
 	tr := &retryhttp.Transport{Base: base, Policy: retryhttp.Policy{BaseDelay: time.Millisecond, ThrottleBaseDelay: time.Millisecond, MaxDelay: 3 * time.Millisecond,
 		MaxAttempts: 5, HedgeDelay: 4 * time.Millisecond, HedgeRatio: 0.5, Timeout: 10 * time.Second},
-		Budget: retryhttp.NewBudget(1 << 30), OnAttempt: func(retryhttp.Attempt) {}}
+		Budget: retryhttp.NewTokenBucket(1 << 30), OnAttempt: func(retryhttp.Attempt) {}}
 	client := &http.Client{Transport: tr}
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
@@ -174,7 +174,7 @@ func stressIntegrity(t *testing.T, h2 bool) {
 				cancel()
 				if rerr != nil {
 					if ctx.Err() == nil && resp.StatusCode != 503 {
-						t.Errorf("%s %d: body read failed with live ctx: %v (status %d, decision %v, attempts %d)", method, i, rerr, resp.StatusCode, rep.Decision, len(rep.Attempts))
+						t.Errorf("%s %d: body read failed with live ctx: %v (status %d, decision %v, attempts %d)", method, i, rerr, resp.StatusCode, rep.Decision, len(rep.History))
 					}
 					continue
 				}

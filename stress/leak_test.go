@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -74,7 +75,7 @@ func TestNoLeakAfterAttemptTimeouts(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent()) // the server's own goroutines are not leaks
 	tr := &retryhttp.Transport{Policy: retryhttp.Policy{
 		AttemptTimeout: 20 * time.Millisecond, Timeout: 2 * time.Second, MaxAttempts: 5, BaseDelay: time.Millisecond,
-	}, Budget: retryhttp.UnlimitedBudget()}
+	}, Budget: retryhttp.NewTokenBucket(math.MaxInt)}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
 
@@ -327,7 +328,6 @@ func TestNoLeakWithPerHost(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n := tr.PerHost.Len(); n > 2 {
-		t.Errorf("got %d destinations tracked; want at most MaxHosts=2", n)
-	}
+	// The bound on destinations tracked is checked inside the library
+	// (hosts_test.go): PerHost no longer exports a count.
 }

@@ -127,7 +127,7 @@ func TestReferencesCatchBrokenOnes(t *testing.T) {
 }
 
 func TestNamesCatchWrongOnes(t *testing.T) {
-	d := Parse("x.md", "`otelretry.Hook`, `(*otelretry.Metrics).Hook`, `retryhttp.Policy.Timeout`, `Policy.Timeot`, `TestNoSuchThing`, `TestSnippets`, `http.Client.Timeout`\n")
+	d := Parse("x.md", "`otelretry.Hook`, `(*otelretry.Metrics).Instrument`, `retryhttp.Policy.Timeout`, `Policy.Timeot`, `TestNoSuchThing`, `TestSnippets`, `http.Client.Timeout`\n")
 	got := errsOf(Names(root, []*Doc{d}))
 	for _, w := range []string{"`otelretry.Hook`: package otelretry has no Hook", "`Policy.Timeot`: retryhttp.Policy has no field or method Timeot", "`TestNoSuchThing`: no such test"} {
 		if !strings.Contains(got, w) {

@@ -188,7 +188,7 @@ func TestMaxWaitBoundsEveryWait(t *testing.T) {
 	}
 }
 
-// README.md, Defaults: a server-requested delay is "waited, plus up to 10%
+// docs/design.md §15, Defaults: a server-requested delay is "waited, plus up to 10%
 // or `BaseDelay`, whichever is more".
 func TestServerDelaySpread(t *testing.T) {
 	top := func(n int64) int64 { return n - 1 } // the top of the spread
@@ -196,7 +196,7 @@ func TestServerDelaySpread(t *testing.T) {
 		retryAfter string
 		want       time.Duration
 	}{
-		{"0", retryhttp.DefaultBaseDelay},         // BaseDelay is more
+		{"0", 50 * time.Millisecond},              // BaseDelay (50ms by default) is more
 		{"1", time.Second + 100*time.Millisecond}, // 10% is more
 		{"2", 2*time.Second + 200*time.Millisecond},
 	} {
@@ -270,7 +270,7 @@ func TestLogFields(t *testing.T) {
 		send(&retryhttp.Transport{Logger: logger, Policy: retryhttp.Policy{MaxAttempts: 1},
 			Base: rht.NewTransport(rht.Step{Err: syscall.ECONNREFUSED})})
 		// A budget paying from its fallback (as redisbudget's does).
-		send(&retryhttp.Transport{Logger: logger, Budget: fallingBack{retryhttp.NewBudget(500)},
+		send(&retryhttp.Transport{Logger: logger, Budget: fallingBack{retryhttp.NewTokenBucket(500)},
 			Base: rht.NewTransport(rht.Status(503), rht.Status(200))})
 		// A Limiter: a 429 starts the limiting, and the retries after it
 		// wait for their permits; a request with too short a deadline gets
@@ -317,11 +317,11 @@ func TestLogFields(t *testing.T) {
 }
 
 // fallingBack is a budget that reports paying from its fallback.
-type fallingBack struct{ *retryhttp.Budget }
+type fallingBack struct{ retryhttp.Budget }
 
 func (fallingBack) Fallback() (bool, error) { return true, nil }
 
-// README.md, Install: "`go mod tidy` then works: it reads the library from
+// docs/releasing.md, Before the first release: "`go mod tidy` then works: it reads the library from
 // the checkout, records that placeholder version ... A workspace ... builds
 // without touching your `go.mod`, but `go mod tidy` ignores workspaces and
 // fails as above, and so does any build with `GOWORK=off` ...; in workspace

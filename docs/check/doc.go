@@ -18,7 +18,7 @@
 //     (of the file, or of the .md file named right before it) and every
 //     relative link and #anchor resolves.
 //   - Names: the Go names quoted in code spans (retryhttp.Policy,
-//     Policy.Timeout, (*otelretry.Metrics).Hook, TestX) exist.
+//     Policy.Timeout, (*otelretry.Metrics).Instrument, TestX) exist.
 //   - Claims (claims_test.go): behaviour the prose states that neither a
 //     snippet nor a saved run shows; each test quotes its sentence.
 //

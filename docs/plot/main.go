@@ -17,7 +17,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/herdproof/retryhttp"
+	"github.com/herdproof/retryhttp/internal/backoff"
 	"github.com/herdproof/retryhttp/internal/herd"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -383,7 +383,7 @@ func save(p *plot.Plot, file string) {
 
 func herdCharts(out string, seed uint64) {
 	m := herd.Standard
-	runs := map[retryhttp.Jitter]herd.Result{}
+	runs := map[backoff.Jitter]herd.Result{}
 	top := 0 // one y scale for all four charts
 	for _, j := range herd.Schedules {
 		r := m.Run(j, herd.Rand(seed))
@@ -396,7 +396,7 @@ func herdCharts(out string, seed uint64) {
 		r := runs[j]
 		seconds := len(r.Arrivals) + 5 // each chart runs to its last client
 		name := j.String() + " jitter"
-		if j == retryhttp.NoJitter {
+		if j == backoff.None {
 			name = "no jitter"
 		}
 		p := plot.New()

@@ -22,7 +22,7 @@ func main() {
 	srv := newServer()
 	defer srv.Close()
 
-	tr := &retryhttp.Transport{OnAttempt: printAttempt}
+	tr := &retryhttp.Transport{OnAttempt: printAttempt, Budget: tokens}
 	client := &http.Client{Transport: tr}
 
 	section("1. A blip: 503 twice, then 200. Full-jitter waits: the first in [0, 50ms], the second in [0, 100ms].")
@@ -35,7 +35,7 @@ func main() {
 	// A Transport of its own, so the charge goes out on a new connection:
 	// on a reused one, net/http itself replays a request that carries an
 	// Idempotency-Key, out of our sight (see docs/design.md).
-	writer := &http.Client{Transport: &retryhttp.Transport{OnAttempt: printAttempt}}
+	writer := &http.Client{Transport: &retryhttp.Transport{OnAttempt: printAttempt, Budget: tokens}}
 	show(writer.Post(srv.URL+"/charges", "application/json", strings.NewReader(`{"amount":100}`)))
 	fmt.Printf("   the server saw %d attempts and performed %d charge: one key on every attempt\n",
 		srv.attempts("/charges"), srv.charges())
@@ -44,7 +44,7 @@ func main() {
 	show(client.Get(srv.URL + "/missing"))
 
 	section("5. An outage: 100 requests to a server that is down, default budget.")
-	budget := retryhttp.NewBudget(retryhttp.DefaultBudgetTokens) // what a nil Budget means
+	budget := retryhttp.NewTokenBucket(retryhttp.DefaultBudgetTokens) // what a nil Budget means
 	quiet := &retryhttp.Transport{Policy: retryhttp.Policy{BaseDelay: time.Millisecond}, Budget: budget}
 	before := srv.attempts("/down")
 	for range 100 {
@@ -56,8 +56,12 @@ func main() {
 	got := srv.attempts("/down") - before
 	fmt.Printf("   attempts sent: %d for 100 requests (3 attempts each would be 300)\n", got)
 	fmt.Printf("   budget left: %d of %d tokens; once it is spent, a request costs one attempt\n",
-		budget.Available(), budget.Capacity())
+		budget.Available(), retryhttp.DefaultBudgetTokens)
 }
+
+// tokens is the budget of the clients whose attempts printAttempt shows,
+// shared by them: what a nil Budget means, one for both.
+var tokens = retryhttp.NewTokenBucket(retryhttp.DefaultBudgetTokens)
 
 func printAttempt(a retryhttp.Attempt) {
 	outcome := fmt.Sprint(a.Status)
@@ -66,12 +70,16 @@ func printAttempt(a retryhttp.Attempt) {
 	}
 	line := fmt.Sprintf("   attempt %d: %-13s %-10v -> %v", a.Number, outcome, a.Class, a.Decision)
 	if a.Decision == retryhttp.Retry {
-		line += fmt.Sprintf(" in %v (%v)", a.Delay.Round(time.Millisecond), a.DelaySource)
+		source := "backoff"
+		if a.ServerDelay {
+			source = "server"
+		}
+		line += fmt.Sprintf(" in %v (%v)", a.Delay.Round(time.Millisecond), source)
 	}
 	if key := a.Request.Header.Get("Idempotency-Key"); key != "" {
 		line += " key " + key[:8] + "…"
 	}
-	fmt.Printf("%s, tokens %d\n", line, a.Tokens)
+	fmt.Printf("%s, tokens %d\n", line, tokens.Available())
 }
 
 func section(s string) { fmt.Println("\n" + s) }

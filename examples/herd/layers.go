@@ -45,7 +45,7 @@ func multiply() []multiplyRow {
 			}
 			tr := &retryhttp.Transport{Policy: p}
 			if !budgets {
-				tr.Budget = retryhttp.UnlimitedBudget()
+				tr.Budget = herd.Unlimited()
 			}
 			return tr
 		}

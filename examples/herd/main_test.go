@@ -17,7 +17,7 @@ func TestSmallRealHerd(t *testing.T) {
 	m := herd.Model{Clients: 50, Outage: 10 * time.Second, Window: time.Second, Capacity: 10, Base: time.Second, Cap: 4 * time.Second}
 	scale := 20 * time.Millisecond
 	p := retryhttp.Policy{MaxAttempts: 1 << 30, BaseDelay: scale, MaxDelay: 4 * scale}
-	o := herdOnce(m, scale, p, retryhttp.UnlimitedBudget(), nil)
+	o := herdOnce(m, scale, p, herd.Unlimited(), nil)
 	if o.succeeded != m.Clients {
 		t.Errorf("got %d clients through; want %d", o.succeeded, m.Clients)
 	}

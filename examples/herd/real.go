@@ -83,10 +83,10 @@ func runReal(scale time.Duration, asJSON bool) {
 	runs := []struct {
 		name   string
 		policy retryhttp.Policy
-		budget *retryhttp.Budget
+		budget retryhttp.Budget
 	}{
-		{"no jitter, no budget", withJitter(forever, retryhttp.NoJitter), retryhttp.UnlimitedBudget()},
-		{"full jitter, no budget", withJitter(forever, retryhttp.FullJitter), retryhttp.UnlimitedBudget()},
+		{"no jitter, no budget", noJitter(forever), herd.Unlimited()},
+		{"full jitter, no budget", forever, herd.Unlimited()},
 		{"full jitter, default budget, 3 attempts", retryhttp.Policy{BaseDelay: s(m.Base), MaxDelay: s(m.Cap)}, nil},
 	}
 	var results []runResult
@@ -124,15 +124,17 @@ func runReal(scale time.Duration, asJSON bool) {
 	fmt.Println(wrap("go run ./examples/herd -model runs the same herd in virtual time, over many seeds; docs/herd.md explains both.", 76))
 }
 
-func withJitter(p retryhttp.Policy, j retryhttp.Jitter) retryhttp.Policy {
-	p.Jitter = j
+// noJitter makes p wait the top of each full-jitter window, min(MaxDelay,
+// BaseDelay·2^n): exactly what no jitter waits.
+func noJitter(p retryhttp.Policy) retryhttp.Policy {
+	p.Rand = func(n int64) int64 { return n - 1 }
 	return p
 }
 
 // herdOnce runs the herd against a server of its own and returns what the
 // server saw. It writes a line of progress to progress (if not nil) every
 // 20 model seconds, and measures how late timers fire meanwhile.
-func herdOnce(m herd.Model, scale time.Duration, p retryhttp.Policy, budget *retryhttp.Budget, progress io.Writer) outcome {
+func herdOnce(m herd.Model, scale time.Duration, p retryhttp.Policy, budget retryhttp.Budget, progress io.Writer) outcome {
 	srv := &server{m: m, scale: scale, admitted: map[int]int{}}
 	ts := httptest.NewUnstartedServer(srv)
 	ts.Config.ErrorLog = log.New(io.Discard, "", 0)

@@ -46,7 +46,7 @@ func main() {
 	run("a budget each:", &retryhttp.Transport{Policy: fast}, &retryhttp.Transport{Policy: fast})
 
 	// One Budget for both: the dependency sees one quota's worth.
-	shared := retryhttp.NewBudget(retryhttp.DefaultBudgetTokens)
+	shared := retryhttp.NewTokenBucket(retryhttp.DefaultBudgetTokens)
 	run("one shared budget:", &retryhttp.Transport{Policy: fast, Budget: shared}, &retryhttp.Transport{Policy: fast, Budget: shared})
-	fmt.Printf("shared budget left: %d of %d tokens\n", shared.Available(), shared.Capacity())
+	fmt.Printf("shared budget left: %d of %d tokens\n", shared.Available(), retryhttp.DefaultBudgetTokens)
 }

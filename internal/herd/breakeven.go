@@ -75,14 +75,15 @@ func DriveQuota(policy retryhttp.Policy, p float64, status, requests int, seed u
 		return &http.Response{StatusCode: code, Header: http.Header{}, Body: http.NoBody, Request: req}, nil
 	})
 	q := QuotaPoint{P: p, Requests: requests, MinLeft: retryhttp.DefaultBudgetTokens}
-	tr := &retryhttp.Transport{Base: base, Policy: policy, OnAttempt: func(a retryhttp.Attempt) {
+	budget := retryhttp.NewTokenBucket(retryhttp.DefaultBudgetTokens) // what a nil Budget means
+	tr := &retryhttp.Transport{Base: base, Policy: policy, Budget: budget, OnAttempt: func(a retryhttp.Attempt) {
 		switch a.Decision {
 		case retryhttp.Retry:
 			q.Retries++
 		case retryhttp.StopBudget:
 			q.Refused++
 		}
-		q.MinLeft = min(q.MinLeft, a.Tokens)
+		q.MinLeft = min(q.MinLeft, budget.Available())
 	}}
 	req, _ := http.NewRequest("GET", "http://quota.test/", nil)
 	for range requests {

@@ -1,31 +1,51 @@
 package herd
 
 import (
+	"context"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"time"
 
 	"github.com/herdproof/retryhttp"
+	"github.com/herdproof/retryhttp/internal/ratio"
 )
 
 // BudgetKind names a budget compared in docs/budget.md.
 type BudgetKind struct {
 	Name string
-	New  func(now func() time.Time) retryhttp.RetryBudget
+	New  func(now func() time.Time) retryhttp.Budget
+}
+
+// ratioBudget is retryhttp.NewRatioBudget's code on a simulated clock.
+type ratioBudget struct{ ratio.Budget }
+
+func (b *ratioBudget) Deposit(bool) { b.Budget.Deposit() }
+
+func (b *ratioBudget) Withdraw(context.Context, retryhttp.Class) (func(bool), bool) {
+	slot, ok := b.Budget.Withdraw()
+	if !ok {
+		return nil, false
+	}
+	return func(sent bool) {
+		if !sent {
+			b.Refund(slot)
+		}
+	}, true
 }
 
 // Budgets are the budgets docs/budget.md compares: the AWS SDKs' token
 // bucket and the ratio budget with its defaults (10% of requests plus 10 a
 // second over 10 s), and the ratio alone (the SRE book's 10%).
 var Budgets = []BudgetKind{
-	{"token bucket (500, 14/5, +1)", func(func() time.Time) retryhttp.RetryBudget {
-		return retryhttp.NewBudget(retryhttp.DefaultBudgetTokens)
+	{"token bucket (500, 14/5, +1)", func(func() time.Time) retryhttp.Budget {
+		return retryhttp.NewTokenBucket(retryhttp.DefaultBudgetTokens)
 	}},
-	{"ratio 10% + 10/s over 10 s", func(now func() time.Time) retryhttp.RetryBudget {
-		return &retryhttp.RatioBudget{Now: now}
+	{"ratio 10% + 10/s over 10 s", func(now func() time.Time) retryhttp.Budget {
+		return &ratioBudget{ratio.Budget{Now: now}}
 	}},
-	{"ratio 10% only", func(now func() time.Time) retryhttp.RetryBudget {
-		return &retryhttp.RatioBudget{MinPerSecond: -1, Now: now}
+	{"ratio 10% only", func(now func() time.Time) retryhttp.Budget {
+		return &ratioBudget{ratio.Budget{PerSecond: -1, Now: now}}
 	}},
 }
 
@@ -110,3 +130,8 @@ func Totals(s []Second, from, to int) Second {
 // OutageTimeline is docs/budget.md's timeline: 30 s healthy (1% of attempts
 // fail), a 60 s outage, 60 s recovered (5% fail).
 var OutageTimeline = []Phase{{30, 0.01}, {60, 1}, {60, 0.05}}
+
+// Unlimited returns a budget that never refuses a retry in practice: a
+// token bucket of math.MaxInt tokens. Simulations use it to show what no
+// budget does.
+func Unlimited() retryhttp.Budget { return retryhttp.NewTokenBucket(math.MaxInt) }

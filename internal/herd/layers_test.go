@@ -12,7 +12,7 @@ var quick = retryhttp.Policy{BaseDelay: time.Microsecond, MaxDelay: time.Millise
 func TestLayersMultiply(t *testing.T) {
 	for k := 1; k <= 4; k++ {
 		c := NewChain(k, func(int) *retryhttp.Transport {
-			return &retryhttp.Transport{Policy: quick, Budget: retryhttp.UnlimitedBudget()}
+			return &retryhttp.Transport{Policy: quick, Budget: Unlimited()}
 		})
 		got := c.Call(1)
 		c.Close()
@@ -35,7 +35,7 @@ func TestOneRetryingLayer(t *testing.T) {
 			if i < k {
 				p.MaxAttempts = 1
 			}
-			return &retryhttp.Transport{Policy: p, Budget: retryhttp.UnlimitedBudget()}
+			return &retryhttp.Transport{Policy: p, Budget: Unlimited()}
 		})
 		got := c.Call(10)
 		c.Close()
@@ -68,7 +68,7 @@ func TestSignalStopsMultiplication(t *testing.T) {
 		for _, signal := range []bool{false, true} {
 			c := StartChain(ChainConfig{K: k,
 				Transport: func(int) *retryhttp.Transport {
-					return &retryhttp.Transport{Policy: quick, Budget: retryhttp.UnlimitedBudget()}
+					return &retryhttp.Transport{Policy: quick, Budget: Unlimited()}
 				},
 				Signal: func(int) bool { return signal },
 			})
@@ -95,7 +95,7 @@ func TestSignalGapRestartsMultiplication(t *testing.T) {
 	for m := 1; m <= k; m++ {
 		c := StartChain(ChainConfig{K: k,
 			Transport: func(int) *retryhttp.Transport {
-				return &retryhttp.Transport{Policy: quick, Budget: retryhttp.UnlimitedBudget()}
+				return &retryhttp.Transport{Policy: quick, Budget: Unlimited()}
 			},
 			Signal: func(i int) bool { return i != m },
 		})

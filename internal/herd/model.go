@@ -1,5 +1,5 @@
 // Package herd models a thundering herd of retrying clients, with the very
-// backoff code the Transport uses (retryhttp.Jitter.Delay), so that the
+// backoff code the Transport uses (internal/backoff, which retryhttp.Jitter draws from), so that the
 // library's claims about jitter, budgets and layering are shown with its own
 // code rather than a second implementation of it. See docs/herd.md.
 package herd
@@ -10,7 +10,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/herdproof/retryhttp"
+	"github.com/herdproof/retryhttp/internal/backoff"
 )
 
 // Model is the herd of the AWS Architecture Blog's "Exponential Backoff and
@@ -59,7 +59,7 @@ func (m Model) Ideal() time.Duration {
 // Run runs the model under one schedule. rnd draws the jitter (uniform in
 // [0, n)); events at the same instant are served in client order, so a run
 // is a pure function of the schedule and rnd's sequence.
-func (m Model) Run(schedule retryhttp.Jitter, rnd func(int64) int64) Result {
+func (m Model) Run(schedule backoff.Jitter, rnd func(int64) int64) Result {
 	res := Result{Attempts: make([][]time.Duration, m.Clients)}
 	admitted := map[int64]int{}
 	prev := make([]time.Duration, m.Clients)
@@ -166,7 +166,7 @@ type ScheduleSummary struct {
 }
 
 // Schedules are the four schedules compared, in the order reported.
-var Schedules = []retryhttp.Jitter{retryhttp.NoJitter, retryhttp.FullJitter, retryhttp.EqualJitter, retryhttp.DecorrelatedJitter}
+var Schedules = []backoff.Jitter{backoff.None, backoff.Full, backoff.Equal, backoff.Decorrelated}
 
 // Summary runs the model for seeds 0..seeds-1 under every schedule.
 func (m Model) Summary(seeds int) []ScheduleSummary {

@@ -5,11 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/herdproof/retryhttp"
+	"github.com/herdproof/retryhttp/internal/backoff"
 )
 
 func TestNoJitterIsExact(t *testing.T) {
-	r := Standard.Run(retryhttp.NoJitter, Rand(0))
+	r := Standard.Run(backoff.None, Rand(0))
 	s := time.Second
 	// Every client: 0, 1, 3, 7 (outage), then 15, 31, 61, 91 ... until admitted.
 	want := []time.Duration{0, 1 * s, 3 * s, 7 * s, 15 * s, 31 * s, 61 * s, 91 * s, 121 * s, 151 * s, 181 * s, 211 * s, 241 * s, 271 * s}
@@ -83,14 +83,14 @@ func TestJitteredInvariants(t *testing.T) {
 }
 
 // window is the range a schedule may draw retry n from.
-func window(j retryhttp.Jitter, n int, base, limit, prev time.Duration) (time.Duration, time.Duration) {
+func window(j backoff.Jitter, n int, base, limit, prev time.Duration) (time.Duration, time.Duration) {
 	t := min(limit, base<<min(n, 40))
 	switch j {
-	case retryhttp.FullJitter:
+	case backoff.Full:
 		return 0, t
-	case retryhttp.EqualJitter:
+	case backoff.Equal:
 		return t / 2, t
-	case retryhttp.DecorrelatedJitter:
+	case backoff.Decorrelated:
 		if prev == 0 {
 			prev = base
 		}

@@ -32,7 +32,7 @@ type MixedResult struct {
 func SignalChains(flakyRequests int) ([]ChainResult, []MixedResult) {
 	quick := retryhttp.Policy{BaseDelay: time.Microsecond, MaxDelay: time.Millisecond}
 	transport := func(int) *retryhttp.Transport {
-		return &retryhttp.Transport{Policy: quick, Budget: retryhttp.UnlimitedBudget()}
+		return &retryhttp.Transport{Policy: quick, Budget: Unlimited()}
 	}
 	var chains []ChainResult
 	for _, bottom := range []struct {

@@ -358,7 +358,7 @@ func runOnce(w workload, p peer, delay time.Duration, seed uint64) []phaseResult
 				failed = err != nil || resp.StatusCode != http.StatusOK
 			}
 			s := sample{start: t0.Sub(start), latency: time.Since(t0), failed: failed}
-			for _, a := range rep.Attempts {
+			for _, a := range rep.History {
 				s.refused += a.HedgesRefused
 				s.won = s.won || a.HedgeWon
 			}

@@ -45,7 +45,11 @@ func main() {
 		Policy: integration.AWSPolicy(), // AWS error bodies classified; the SDK's invocation id as the key
 		OnAttempt: func(a retryhttp.Attempt) {
 			if a.Decision == retryhttp.Retry {
-				fmt.Printf("attempt %d: %d %v -> retry in %v (%v)\n", a.Number, a.Status, a.Class, a.Delay, a.DelaySource)
+				source := "backoff"
+				if a.ServerDelay {
+					source = "server"
+				}
+				fmt.Printf("attempt %d: %d %v -> retry in %v (%v)\n", a.Number, a.Status, a.Class, a.Delay, source)
 			} else {
 				fmt.Printf("attempt %d: %d %v -> %v\n", a.Number, a.Status, a.Class, a.Decision)
 			}

@@ -95,7 +95,7 @@ func main() {
 		fmt.Printf("%d clients at %.0f requests/s each; healthy %v, down %v, healthy %v. Redis at %s.\n",
 			cfg.Clients, cfg.Rate, cfg.Warm, cfg.Outage, cfg.Recover, addr)
 	}
-	private := run(cfg, func(int) retryhttp.RetryBudget { return retryhttp.NewBudget(retryhttp.DefaultBudgetTokens) })
+	private := run(cfg, func(int) retryhttp.Budget { return retryhttp.NewTokenBucket(retryhttp.DefaultBudgetTokens) })
 	fleet := runFleet(cfg, addr, "retryhttp:fleet-example:"+strconv.FormatInt(time.Now().UnixNano(), 36))
 	rep := report{Command: command(), Redis: "a redis-server of its own, on loopback", Clients: cfg.Clients, Rate: cfg.Rate,
 		WarmSeconds: cfg.Warm.Seconds(), OutageSeconds: cfg.Outage.Seconds(), RecoverSecs: cfg.Recover.Seconds(),
@@ -153,7 +153,7 @@ func runFleet(cfg config, addr, key string) stats {
 			c.Close()
 		}
 	}()
-	st := run(cfg, func(int) retryhttp.RetryBudget {
+	st := run(cfg, func(int) retryhttp.Budget {
 		rdb := redis.NewClient(&redis.Options{Addr: addr}) // go-redis's defaults
 		clients = append(clients, rdb)
 		b, err := redisbudget.New(redisbudget.Options{Client: rdb, Key: key,
@@ -183,7 +183,7 @@ func runFleet(cfg config, addr, key string) stats {
 
 // run sends cfg's traffic from cfg.Clients clients, client i paying for its
 // retries from budget(i), against a server that is down during the outage.
-func run(cfg config, budget func(i int) retryhttp.RetryBudget) stats {
+func run(cfg config, budget func(i int) retryhttp.Budget) stats {
 	var down atomic.Bool
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if down.Load() {

@@ -17,7 +17,7 @@ func TestFleetBoundsRetries(t *testing.T) {
 	defer stop()
 	cfg := config{Clients: 20, Rate: 50, Warm: 200 * time.Millisecond, Outage: time.Second, Recover: 200 * time.Millisecond}
 	drain := int64(retryhttp.DefaultBudgetTokens / retryhttp.RetryCost) // 35
-	private := run(cfg, func(int) retryhttp.RetryBudget { return retryhttp.NewBudget(retryhttp.DefaultBudgetTokens) })
+	private := run(cfg, func(int) retryhttp.Budget { return retryhttp.NewTokenBucket(retryhttp.DefaultBudgetTokens) })
 	fleet := runFleet(cfg, addr, "test:fleet")
 	t.Logf("private: %+v; fleet: %+v (overshoot %d, fallbacks %d)", private, fleet, *fleet.Overshoot, *fleet.Fallbacks)
 	if fleet.Retries > 2*drain+2 {

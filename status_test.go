@@ -154,7 +154,7 @@ func TestNetHTTPConnectionFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.provoke(t)
 			if !strings.Contains(err.Error(), tc.text) {
-				t.Errorf("got %q; want it to contain %q (net/http changed: update classify.go)", err, tc.text)
+				t.Errorf("got %q; want it to contain %q (net/http changed: update status.go)", err, tc.text)
 			}
 			if !connClosedUnder(err) {
 				t.Error("connClosedUnder: got false; want true")
@@ -187,8 +187,8 @@ func assertRetriedWhereSafe(t *testing.T, err error) {
 	}{
 		{"PUT", "PUT", Policy{}, 2, Done},
 		{"DELETE", "DELETE", Policy{}, 2, Done},
-		{"POST keyed through IdempotencyHeader", "POST", Policy{IdempotencyHeader: "Amz-Sdk-Invocation-Id", NoIdempotencyKeys: true}, 2, Done},
-		{"POST without a key", "POST", Policy{NoIdempotencyKeys: true}, 1, StopNotIdempotent},
+		{"POST keyed through IdempotencyHeader", "POST", Policy{IdempotencyHeader: "Amz-Sdk-Invocation-Id", NewIdempotencyKey: noKey}, 2, Done},
+		{"POST without a key", "POST", Policy{NewIdempotencyKey: noKey}, 1, StopNotIdempotent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -365,7 +365,7 @@ func TestCanceledForGoodIsRetriedOnce(t *testing.T) {
 		return nil, &url.Error{Op: "Post", URL: "https://oauth.example/token",
 			Err: fmt.Errorf("oauth2: cannot fetch token: %w", context.Canceled)}
 	})
-	b := NewBudget(DefaultBudgetTokens)
+	b := newTokenBucket(DefaultBudgetTokens)
 	tr := &Transport{Base: base, Budget: b, Policy: Policy{BaseDelay: time.Microsecond, MaxDelay: time.Microsecond}}
 	const requests = 20
 	for range requests {
@@ -398,7 +398,7 @@ func TestStrayCancelLimits(t *testing.T) {
 	}
 	t.Run("unkeyed POST", func(t *testing.T) {
 		var calls atomic.Int32
-		tr := &Transport{Base: strayThenOK(&calls), Policy: Policy{BaseDelay: time.Millisecond, NoIdempotencyKeys: true}}
+		tr := &Transport{Base: strayThenOK(&calls), Policy: Policy{BaseDelay: time.Millisecond, NewIdempotencyKey: noKey}}
 		req, _ := http.NewRequest("POST", "http://example.test/", strings.NewReader("x"))
 		_, err := tr.RoundTrip(req)
 		var e *Error
@@ -409,7 +409,7 @@ func TestStrayCancelLimits(t *testing.T) {
 	t.Run("override NoRetries", func(t *testing.T) {
 		var calls atomic.Int32
 		tr := &Transport{Base: strayThenOK(&calls), Policy: Policy{BaseDelay: time.Millisecond}}
-		req, _ := http.NewRequestWithContext(WithOverride(context.Background(), Override{NoRetries: true}), "GET", "http://example.test/", nil)
+		req, _ := http.NewRequestWithContext(WithOverride(context.Background(), Override{MaxAttempts: 1}), "GET", "http://example.test/", nil)
 		if _, err := tr.RoundTrip(req); err == nil || calls.Load() != 1 {
 			t.Errorf("got %v after %d attempts; want an error after 1", err, calls.Load())
 		}
@@ -440,8 +440,8 @@ func TestStrayCancelLimits(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if len(rep.Attempts) != 2 || !errors.Is(rep.Attempts[0].Err, ErrAttemptTimeout) {
-			t.Errorf("got %v; want an ErrAttemptTimeout then a 200", rep.Attempts)
+		if len(rep.History) != 2 || !errors.Is(rep.History[0].Err, ErrAttemptTimeout) {
+			t.Errorf("got %v; want an ErrAttemptTimeout then a 200", rep.History)
 		}
 	})
 }

@@ -1,7 +1,8 @@
 package retryhttp
 
-// Classification: what an attempt's outcome means for retrying. This file is
-// the one place where responses and errors are sorted into classes.
+// Status and error classification: what an attempt's outcome means for
+// retrying. This file is the one place where status codes and errors are
+// sorted into classes.
 
 import (
 	"context"
@@ -54,42 +55,35 @@ func (c Class) String() string {
 func (c Class) retryable() bool { return c == Transient || c == Throttling }
 
 // ErrAttemptTimeout is the cause of an attempt cut off by
-// Policy.AttemptTimeout. Errors of such attempts match it with errors.Is, and
-// DefaultClassify treats them as Transient; the caller's own deadline is
+// Policy.AttemptTimeout. Such attempts' errors match it with errors.Is.
+// DefaultClassify treats them as Transient. The caller's own deadline is
 // never reported as ErrAttemptTimeout.
 var ErrAttemptTimeout = errors.New("retryhttp: attempt timed out")
 
 // DefaultClassify is the classifier a Policy uses when its Classify is nil.
 // Exactly one of resp and err is non-nil.
 //
-// Responses: 502, 503 and 504 are Transient, 429 is Throttling, any other
-// status of 400 or above is Permanent (500 among them: the server may have
-// done the work before failing), anything below 400 is Success.
+// Responses: 502, 503 and 504 are Transient, and 429 is Throttling. Any
+// other status of 400 or above is Permanent. 500 is among them: the server
+// may have done the work before failing. Anything below 400 is Success.
 //
-// Errors: context.Canceled is Permanent; so are certificate and TLS protocol
-// errors, and any error not recognised as a network failure (an unsupported
-// scheme, an invalid header). Recognised network failures are Transient:
-// dial errors, refused, reset or aborted connections, broken pipes,
-// unreachable hosts, DNS failures other than "no such host", EOF before a
-// response, a connection closed under the request (net.ErrClosed, net/http's
-// "server closed idle connection" keep-alive race, an HTTP/2 GOAWAY followed
-// by a close, an HTTP/2 connection lost to an unanswered health-check ping),
-// HTTP/2 stream resets (INTERNAL_ERROR, REFUSED_STREAM; an ENHANCE_YOUR_CALM
-// reset is Throttling), and timeouts (ErrAttemptTimeout,
-// context.DeadlineExceeded, and any error in the chain whose Timeout method
-// reports true, as os.IsTimeout reads them). A forward proxy's refusal of a
-// CONNECT tunnel (a *ProxyConnectError) is classified by its status as a
-// response would be. Whatever the class, the Transport never retries once
-// the request's own context has ended: that is the caller's cancellation or
-// deadline, not the attempt's. While the request's context is alive, the
-// Transport takes a Permanent context.Canceled from any classifier as
-// Transient, unless the attempt before it also ended canceled: that
-// cancellation was not the caller's (net/http can hand one request's
-// cancellation to the next request on its connection, and hedging cancels
-// the losing copies in flight), and one that comes back on the retry is a
-// base that cancels for good, not retried again at the budget's expense.
-// A cancellation caused by the end of a hedged race, which the Transport
-// marks as its own, is Transient however often it comes.
+// Errors: context.Canceled is Permanent. So are certificate and TLS
+// protocol errors, and any error not recognised as a network failure.
+// Network failures are Transient: dial errors, refused, reset or aborted
+// connections, broken pipes and unreachable hosts. So are DNS failures
+// other than "no such host", and EOF before a response. So is a connection
+// closed under the request, by a keep-alive race, an HTTP/2 GOAWAY or a
+// lost health-check ping. HTTP/2 stream resets are Transient, but an
+// ENHANCE_YOUR_CALM reset is Throttling. Timeouts are Transient:
+// ErrAttemptTimeout, context.DeadlineExceeded, and any error whose Timeout
+// method reports true. A forward proxy's refusal of a CONNECT tunnel is
+// classified by its status, as a response would be.
+//
+// The Transport never retries once the request's own context has ended,
+// whatever the class. While that context is alive, a Permanent
+// context.Canceled is taken as Transient: the cancellation was not the
+// caller's. A second one in a row is not retried again: the base cancels
+// for good. A cancellation of a losing hedged copy is always Transient.
 //
 // To retry more, wrap it:
 //
@@ -141,7 +135,7 @@ func classifyError(err error) Class {
 		}
 		return Transient
 	}
-	var proxyErr *ProxyConnectError
+	var proxyErr *proxyConnectError
 	if errors.As(err, &proxyErr) {
 		return statusClass(proxyErr.StatusCode)
 	}
@@ -191,7 +185,7 @@ func statusClass(code int) Class {
 // HTTP proxy's "proxyconnect" error, whose inner error the outermost
 // *net.OpError hides), or a forward proxy refused the tunnel to it.
 func neverSent(err error) bool {
-	var proxyErr *ProxyConnectError
+	var proxyErr *proxyConnectError
 	return opError(err, "dial", "proxyconnect") != nil || errors.As(err, &proxyErr)
 }
 
@@ -210,11 +204,10 @@ func opError(err error, ops ...string) *net.OpError {
 	return found
 }
 
-// http2StreamErrorCode finds an HTTP/2 stream error in err's chain and returns
-// its error code (RFC 9113 §7). net/http's HTTP/2 support reports a stream
-// reset with an unexported type, and golang.org/x/net/http2 with its own
-// StreamError; neither can be named here for errors.As, so the chain is
-// walked and the type identified by its package and name, never its text.
+// http2StreamErrorCode finds an HTTP/2 stream error in err's chain and
+// returns its error code (RFC 9113 §7). Neither of the stream error types
+// can be named here for errors.As. The chain is walked instead, and the
+// type identified by its package and name, never its text.
 func http2StreamErrorCode(err error) (code uint32, ok bool) {
 	walkChain(err, func(e error) bool {
 		v := reflect.ValueOf(e)
@@ -232,20 +225,17 @@ func http2StreamErrorCode(err error) (code uint32, ok bool) {
 }
 
 // net/http reports some connection failures without an exported type or
-// sentinel. Each is identified here by its type's package and name where it
-// has a type of its own, and by its exact text only where net/http offers
-// nothing else. Every entry has a test that provokes the real error from
-// net/http (classify_test.go), so a Go release that renames a type or
-// rewords a message fails those tests instead of silently turning a
-// retryable failure into a permanent one.
+// sentinel. Each is identified by its type's package and name where it has
+// a type, and by its exact text only where there is nothing else. Every
+// entry has a test that provokes the real error (status_test.go). A Go
+// release that renames a type or rewords a message then fails those tests,
+// instead of turning a retryable failure into a permanent one.
 
-// A stream above the LastStreamID of an HTTP/2 graceful-shutdown GOAWAY was
-// provably not processed (RFC 9113 §6.8). net/http replays such a stream
-// itself on a new connection whenever it can rewind the body, keyless writes
-// included; when it cannot (no GetBody), neither can the Transport. What
-// reaches the Transport after a GOAWAY is therefore the GoAwayError of a
-// stream at or below LastStreamID, which the server may have processed:
-// retried for idempotent and keyed requests, not for keyless writes.
+// A stream above the LastStreamID of an HTTP/2 GOAWAY was provably not
+// processed (RFC 9113 §6.8). net/http sends such a stream again by itself
+// when it can rewind the body. What reaches the Transport is a stream at or
+// below LastStreamID, which the server may have processed. It is retried
+// for idempotent and keyed requests, not for keyless writes.
 
 // netHTTPMessages are net/http errors made with errors.New, by exact text.
 // Each means the connection broke while the request was in flight: the
@@ -253,15 +243,13 @@ func http2StreamErrorCode(err error) (code uint32, ok bool) {
 // retried after it.
 var netHTTPMessages = map[string]bool{
 	// The keep-alive race: the server closed an idle connection just as
-	// it was taken for this request (transport.go, errServerClosedIdle).
-	// net/http replays it by itself only for GET, HEAD, OPTIONS, TRACE and
-	// requests carrying Idempotency-Key or X-Idempotency-Key; the rest
-	// reach us. The request may have been written before the close was
-	// seen, so it is not proof that nothing was processed.
+	// it was taken for this request. net/http sends idempotent and keyed
+	// requests again by itself; the rest reach us. The request may have
+	// been written before the close, so nothing proves it unprocessed.
 	"http: server closed idle connection": true,
 	// An HTTP/2 connection whose health-check ping went unanswered
 	// (HTTP2Config.SendPingTimeout and PingTimeout) is closed under its
-	// streams (h2_bundle.go, closeForLostPing).
+	// streams.
 	"http2: client connection lost": true,
 }
 
@@ -279,10 +267,9 @@ func connClosedUnder(err error) bool {
 	})
 }
 
-// isGoAwayError reports whether e is an HTTP/2 GoAwayError: the server sent
-// GOAWAY and closed the connection with this request's stream still open.
-// net/http's type is unexported and golang.org/x/net/http2's cannot be
-// imported here, so the type is identified by package and name.
+// isGoAwayError reports whether e is an HTTP/2 GoAwayError: the server
+// sent GOAWAY and closed the connection with this request's stream open.
+// The type cannot be named here, so it is identified by package and name.
 func isGoAwayError(e error) bool {
 	t := reflect.TypeOf(e)
 	if t == nil {

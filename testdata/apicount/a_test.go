@@ -1,0 +1,4 @@
+package apicount
+
+// Test files are not counted.
+func Exported() {}
