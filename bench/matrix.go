@@ -67,7 +67,11 @@ type Workload struct {
 	// Demand, if not empty, scales the clients' rates over time: by
 	// Demand[0].Rate from the start, and by each later Step's Rate from its
 	// At on (a swing of the demand, where Capacity swings the server).
+	// A factor of 0 is a pause of the demand: no calls until the next Step.
 	Demand []Step `json:"demand,omitempty"`
+	// Starts, if not empty, is when each client makes its first call:
+	// client i from Starts[i] on (clients past its end from the start).
+	Starts []time.Duration `json:"starts,omitempty"`
 	// Duration is how long the clients make requests.
 	Duration time.Duration `json:"duration"`
 }
@@ -91,6 +95,39 @@ const BurstSeconds = 0.1
 // (docs/throttling-matrix.json): enough that the goals met, which compare
 // medians, move little with the AWS SDK's draw.
 const MatrixSeeds = 15
+
+// startOf is when client c makes calls from.
+func (w Workload) startOf(c int) time.Duration {
+	if c < len(w.Starts) {
+		return w.Starts[c]
+	}
+	return 0
+}
+
+// nextDemand is the At of the first Demand step after d (Duration if none).
+func (w Workload) nextDemand(d time.Duration) time.Duration {
+	for _, s := range w.Demand {
+		if s.At > d {
+			return s.At
+		}
+	}
+	return w.Duration
+}
+
+// offeredAt is the offered load at d since the start: the rates of the
+// clients started by then, times the demand's factor.
+func (w Workload) offeredAt(d time.Duration) float64 {
+	if len(w.Starts) == 0 {
+		return w.Offered() * w.scaleAt(d)
+	}
+	var sum float64
+	for c, r := range w.Rates {
+		if w.startOf(c) <= d {
+			sum += r
+		}
+	}
+	return sum * w.scaleAt(d)
+}
 
 // Offered is the clients' offered load in requests per second.
 func (w Workload) Offered() float64 {
@@ -117,15 +154,14 @@ func (w Workload) capacityAt(d time.Duration) (rate float64, until time.Duration
 // attainable is what a perfect client population gets between from and to:
 // the integral of min(capacity, offered load), in requests.
 func (w Workload) attainable(from, to time.Duration) float64 {
-	offered := w.Offered()
 	var sum float64
 	for t := from; t < to; {
 		rate, next := w.capacityAt(t)
 		end := min(next, to)
-		if len(w.Demand) > 0 { // in bins, where the demand may change
+		if len(w.Demand) > 0 || len(w.Starts) > 0 { // in bins, where the demand may change
 			end = min(end, t+matrixBin)
 		}
-		sum += min(rate, offered*w.scaleAt(t)) * (end - t).Seconds()
+		sum += min(rate, w.offeredAt(t)) * (end - t).Seconds()
 		t = end
 	}
 	return sum
@@ -585,7 +621,7 @@ func measure(log runLog) ThrottleResult {
 		if i+1 < len(w.Capacity) {
 			end = w.Capacity[i+1].At
 		}
-		target := 0.9 * min(w.Offered()*w.scaleAt(rise), w.Capacity[i].Rate)
+		target := 0.9 * min(w.offeredAt(rise), w.Capacity[i].Rate)
 		rec := math.Inf(1)
 		for b := int(rise / matrixBin); b < int(end/matrixBin); b++ {
 			sum := 0
@@ -667,11 +703,21 @@ func runMatrixOnce(w Workload, peer ThrottlePeer, seed uint64) runLog {
 		arrivals := rand.New(rand.NewPCG(seed, uint64(c)))
 		wg.Go(func() {
 			var reqs sync.WaitGroup
-			at := start
+			at := start.Add(w.startOf(c))
 			for {
+				if w.scaleAt(at.Sub(start)) == 0 { // the demand paused: on at its next step
+					at = start.Add(w.nextDemand(at.Sub(start)))
+					if at.Sub(start) >= w.Duration {
+						break
+					}
+					continue
+				}
 				at = at.Add(time.Duration(arrivals.ExpFloat64() / (rate * w.scaleAt(at.Sub(start))) * float64(time.Second)))
 				if at.Sub(start) >= w.Duration {
 					break
+				}
+				if w.scaleAt(at.Sub(start)) == 0 {
+					continue // drawn before a pause, due within it: no call
 				}
 				time.Sleep(time.Until(at))
 				reqs.Go(func() {

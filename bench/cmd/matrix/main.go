@@ -9,6 +9,7 @@
 //	cd bench && go run ./cmd/matrix -in ../docs/throttling-matrix.json
 //	cd bench && go run ./cmd/matrix -smoke           # CI-sized
 //	cd bench && go run ./cmd/matrix -heldout -seeds 3 -json > ../docs/throttling-heldout.json
+//	cd bench && go run ./cmd/matrix -heldout2 -seeds 3 -json > ../docs/throttling-heldout2.json
 //	cd bench && go run ./cmd/matrix -only drop10x -maxwait 250ms
 //	cd bench && go run ./cmd/matrix -workloads heldout.json -seeds 3
 //	cd bench && go run ./cmd/matrix -trace -only 'steady/10c/2x'
@@ -62,6 +63,7 @@ func main() {
 	only := flag.String("only", "", "run only the workloads whose names match this regexp")
 	smoke := flag.Bool("smoke", false, "run the CI-sized matrix (bench.SmokeMatrix) with one seed")
 	heldout := flag.Bool("heldout", false, "run the held-out workloads (bench.HeldOutWorkloads) instead of the matrix")
+	heldout2 := flag.Bool("heldout2", false, "run the second held-out set (bench.HeldOutWorkloads2) instead of the matrix")
 	maxWait := flag.Duration("maxwait", 0, "add retryhttp-variant: a RateLimiter with this MaxWait")
 	peerRE := flag.String("peers", "", "run only the peers whose names match this regexp")
 	against := flag.String("against", "", "take the runs of the peers not run from this saved report (same workloads and seeds)")
@@ -98,6 +100,9 @@ func main() {
 	}
 	if *heldout {
 		workloads = bench.HeldOutWorkloads()
+	}
+	if *heldout2 {
+		workloads = bench.HeldOutWorkloads2()
 	}
 	if *smoke {
 		workloads = bench.SmokeMatrix()
