@@ -27,17 +27,18 @@ import (
 // conventions. Its parent is the request's span: the client span of an
 // otelhttp.NewTransport above, or one Trace starts.
 //
+// The spans come from a tracer of tp. A nil tp means
+// otel.GetTracerProvider. The propagator prop injects each attempt's span
+// into a copy of its headers. A nil prop means otel.GetTextMapPropagator,
+// read for every attempt.
+//
 // Trace wraps t.Base and chains t.OnAttempt and t.OnEnd. Hooks t already
 // has run after the tracing. Call it before t's first use.
 //
-// A request is traced when its context holds a span, or when the tracer
-// provider records. Otherwise it goes to t as it came, at no cost.
-func Trace(t *retryhttp.Transport, opts ...TraceOption) http.RoundTripper {
-	tc := &tracing{next: t}
-	for _, o := range opts {
-		o(tc)
-	}
-	tp := tc.tp
+// A request is traced when its context holds a span, or when tp records.
+// Otherwise it goes to t as it came, at no cost.
+func Trace(t *retryhttp.Transport, tp trace.TracerProvider, prop propagation.TextMapPropagator) http.RoundTripper {
+	tc := &tracing{next: t, prop: prop}
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
@@ -70,22 +71,6 @@ func Trace(t *retryhttp.Transport, opts ...TraceOption) http.RoundTripper {
 	return tc
 }
 
-// A TraceOption configures Trace.
-type TraceOption func(*tracing)
-
-// WithTracerProvider sets the provider of the tracer. The default is
-// otel.GetTracerProvider.
-func WithTracerProvider(tp trace.TracerProvider) TraceOption {
-	return func(tc *tracing) { tc.tp = tp }
-}
-
-// WithPropagator sets the propagator that injects the trace context into
-// each attempt's headers. The default is otel.GetTextMapPropagator, read
-// for every attempt.
-func WithPropagator(p propagation.TextMapPropagator) TraceOption {
-	return func(tc *tracing) { tc.prop = p }
-}
-
 // Attribute keys of the project's own, beside the HTTP conventions'.
 const (
 	keyDecision    = attribute.Key("retryhttp.decision")
@@ -103,8 +88,7 @@ const waitEvent = "retryhttp.wait"
 type tracing struct {
 	next   http.RoundTripper // the Transport
 	base   *tracedBase
-	tp     trace.TracerProvider // WithTracerProvider's
-	prop   propagation.TextMapPropagator
+	prop   propagation.TextMapPropagator // nil: the global's
 	tracer trace.Tracer
 	unset  trace.TracerProvider // the global provider, while none is set
 	noop   bool

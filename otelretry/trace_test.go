@@ -47,6 +47,11 @@ func newTracer(t *testing.T) (*sdktrace.TracerProvider, *tracetest.InMemoryExpor
 // its kind, "error" if its status is, its attributes but those left out,
 // sorted; an event is a line under its span, starting with "event".
 func spanTree(spans tracetest.SpanStubs, leave map[attribute.Key]string) string {
+	return tree(spans, func(k attribute.Key) bool { _, ok := leave[k]; return !ok })
+}
+
+// tree renders the spans as spanTree does, with the attributes keep keeps.
+func tree(spans tracetest.SpanStubs, keep func(attribute.Key) bool) string {
 	ids := map[trace.SpanID]bool{}
 	for _, s := range spans {
 		ids[s.SpanContext.SpanID()] = true
@@ -76,9 +81,9 @@ func spanTree(spans tracetest.SpanStubs, leave map[attribute.Key]string) string 
 		if s.Status.Code == codes.Error {
 			b.WriteString(" error")
 		}
-		b.WriteString(attrs(s.Attributes, leave) + "\n")
+		b.WriteString(attrs(s.Attributes, keep) + "\n")
 		for _, e := range s.Events {
-			fmt.Fprintf(&b, "%s  event %s%s\n", indent, e.Name, attrs(e.Attributes, nil))
+			fmt.Fprintf(&b, "%s  event %s%s\n", indent, e.Name, attrs(e.Attributes, keep))
 		}
 		kids := children[s.SpanContext.SpanID()]
 		order(kids)
@@ -102,10 +107,10 @@ func resendCount(s tracetest.SpanStub) int64 {
 	return 0
 }
 
-func attrs(kvs []attribute.KeyValue, leave map[attribute.Key]string) string {
+func attrs(kvs []attribute.KeyValue, keep func(attribute.Key) bool) string {
 	var parts []string
 	for _, kv := range kvs {
-		if _, ok := leave[kv.Key]; !ok {
+		if keep(kv.Key) {
 			parts = append(parts, string(kv.Key)+"="+kv.Value.Emit())
 		}
 	}
@@ -196,7 +201,7 @@ retryhttp GET internal error error.type=canceled retryhttp.attempts=1 retryhttp.
 				base := rht.NewTransport(tt.steps...)
 				tt.policy.Rand = halfJitter
 				tr := &retryhttp.Transport{Base: base, Policy: tt.policy, Budget: tt.budget}
-				rt := otelretry.Trace(tr, otelretry.WithTracerProvider(tp))
+				rt := otelretry.Trace(tr, tp, nil)
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
 				if tt.cancel > 0 {
@@ -245,7 +250,7 @@ retryhttp GET internal http.response.status_code=200 retryhttp.attempts=1 retryh
 				base := rht.NewTransport(rht.RetryAfter(429, tt.pause), rht.Status(200))
 				tr := &retryhttp.Transport{Base: base, Limiter: &retryhttp.RateLimiter{},
 					Policy: retryhttp.Policy{MaxAttempts: 1}}
-				rt := otelretry.Trace(tr, otelretry.WithTracerProvider(tp))
+				rt := otelretry.Trace(tr, tp, nil)
 				// A's 429 pauses the Limiter.
 				req, _ := http.NewRequest("GET", testURL, nil)
 				if resp, err := rt.RoundTrip(req); err != nil || resp.StatusCode != 429 {
@@ -275,8 +280,7 @@ retryhttp GET internal http.response.status_code=200 retryhttp.attempts=1 retryh
 func TestTraceNeverModifiesTheCallersRequest(t *testing.T) {
 	tp, _ := newTracer(t)
 	base := rht.NewTransport(rht.Status(200))
-	rt := otelretry.Trace(&retryhttp.Transport{Base: base}, otelretry.WithTracerProvider(tp),
-		otelretry.WithPropagator(propagation.TraceContext{}))
+	rt := otelretry.Trace(&retryhttp.Transport{Base: base}, tp, propagation.TraceContext{})
 	req, _ := http.NewRequest("GET", testURL, nil)
 	req.Header.Set("X-Caller", "1")
 	resp, err := rt.RoundTrip(req)
@@ -308,7 +312,7 @@ func TestTraceHooksChained(t *testing.T) {
 			mu.Unlock()
 		},
 	}
-	rt := otelretry.Trace(tr, otelretry.WithTracerProvider(tp))
+	rt := otelretry.Trace(tr, tp, nil)
 	req, _ := http.NewRequest("GET", testURL, nil)
 	resp, err := rt.RoundTrip(req)
 	if err != nil {
