@@ -2,9 +2,11 @@ package otelretry_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -182,11 +184,30 @@ retryhttp GET internal error error.type=*retryhttptest.connError retryhttp.attem
   GET client error error.type=*retryhttptest.connError http.request.resend_count=1 retryhttp.class=transient retryhttp.decision=retry
   GET client error error.type=*retryhttptest.connError http.request.resend_count=2 retryhttp.class=transient retryhttp.decision=attempts exhausted
 `},
+		{name: "a base error that names the URL", steps: []rht.Step{{Err: fmt.Errorf("GET %s giving up: %w", testURL,
+			&url.Error{Op: "Get", URL: testURL, Err: errors.New("connection refused")})}},
+			policy: retryhttp.Policy{MaxAttempts: 1}, want: `
+retryhttp GET internal error error.type=*errors.errorString retryhttp.attempts=1 retryhttp.decision=done
+  GET client error error.type=*errors.errorString retryhttp.class=permanent retryhttp.decision=done
+`},
 		{name: "a hedged win", steps: []rht.Step{rht.Status(200).WithDelay(time.Second), rht.Status(200)},
 			policy: retryhttp.Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1}, want: `
 retryhttp GET internal http.response.status_code=200 retryhttp.attempts=2 retryhttp.decision=done
   GET client error error.type=canceled retryhttp.hedge=lost
   GET client http.request.resend_count=1 http.response.status_code=200 retryhttp.class=success retryhttp.decision=done retryhttp.hedge=won
+`},
+		{name: "a hedge that lost", steps: []rht.Step{rht.Status(200).WithDelay(20 * time.Millisecond), rht.Hang()},
+			policy: retryhttp.Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1}, want: `
+retryhttp GET internal http.response.status_code=200 retryhttp.attempts=2 retryhttp.decision=done
+  GET client http.response.status_code=200 retryhttp.class=success retryhttp.decision=done retryhttp.hedge=won
+  GET client error error.type=canceled http.request.resend_count=1 retryhttp.hedge=lost
+`},
+		{name: "an attempt timeout then a success", steps: []rht.Step{rht.Status(200).WithDelay(time.Second), rht.Status(200)},
+			policy: retryhttp.Policy{AttemptTimeout: 100 * time.Millisecond}, want: `
+retryhttp GET internal http.response.status_code=200 retryhttp.attempts=2 retryhttp.decision=done
+  event retryhttp.wait retryhttp.delay=0.025 retryhttp.delay_source=backoff
+  GET client error error.type=timeout retryhttp.class=transient retryhttp.decision=retry
+  GET client http.request.resend_count=1 http.response.status_code=200 retryhttp.class=success retryhttp.decision=done
 `},
 		{name: "a wait ended by the context", steps: []rht.Step{rht.Status(503), rht.Status(200)}, cancel: 10 * time.Millisecond, want: `
 retryhttp GET internal error error.type=canceled retryhttp.attempts=1 retryhttp.decision=canceled
@@ -219,8 +240,33 @@ retryhttp GET internal error error.type=canceled retryhttp.attempts=1 retryhttp.
 					t.Errorf("got span tree\n%s\nwant\n%s", got, tt.want[1:])
 				}
 				checkDestination(t, spans, destination)
+				checkNoSecret(t, spans)
 			})
 		})
+	}
+}
+
+// checkNoSecret reports every span that shows a part of testURL that the
+// Logger leaves out: in its status, an attribute or an event.
+func checkNoSecret(t *testing.T, spans tracetest.SpanStubs) {
+	t.Helper()
+	for _, s := range spans {
+		texts := []string{s.Status.Description}
+		for _, kv := range s.Attributes {
+			texts = append(texts, kv.Value.Emit())
+		}
+		for _, e := range s.Events {
+			for _, kv := range e.Attributes {
+				texts = append(texts, kv.Value.Emit())
+			}
+		}
+		for _, text := range texts {
+			for _, secret := range []string{"secret", "pass", "frag", "user"} {
+				if strings.Contains(text, secret) {
+					t.Errorf("span %s: got %q, with %q; want no secret of the URL", s.Name, text, secret)
+				}
+			}
+		}
 	}
 }
 
