@@ -3,6 +3,7 @@ package otelretry_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"net/http"
 	"slices"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"github.com/herdproof/retryhttp"
 	"github.com/herdproof/retryhttp/otelretry"
 	"github.com/herdproof/retryhttp/retryhttptest"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -66,4 +69,19 @@ func ExampleTrace() {
 	//   GET client url.full=http://orders.test/items retryhttp.decision=retry http.response.status_code=503
 	//   GET client url.full=http://orders.test/items http.request.resend_count=1 retryhttp.decision=retry http.response.status_code=503
 	//   GET client url.full=http://orders.test/items http.request.resend_count=2 retryhttp.decision=done http.response.status_code=200
+}
+
+// The recommended setup: otelhttp above the Transport gives the request's
+// span, and Trace a span per attempt under it.
+func ExampleTrace_otelhttp() {
+	otel.SetTextMapPropagator(propagation.TraceContext{}) // once, in main
+	tr := &retryhttp.Transport{}
+	traced := otelretry.Trace(tr, otel.GetTracerProvider(), otel.GetTextMapPropagator())
+	client := &http.Client{Transport: otelhttp.NewTransport(traced)}
+
+	resp, err := client.Get("https://orders.example/items")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer resp.Body.Close()
 }
