@@ -238,6 +238,10 @@ func (st *request) attempt(base http.RoundTripper, req *http.Request) (*http.Res
 	ctx, as.span = st.tc.tracer.Start(ctx, method(req), trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithTimestamp(as.start), trace.WithAttributes(attrs...))
 	as.ctx = req.Context()
+	if n <= st.decided { // a late copy: its attempt's decision is made
+		as.decided = true
+		as.span.SetAttributes(keyHedge.String("lost"))
+	}
 	st.mu.Unlock()
 
 	out := req.WithContext(ctx)

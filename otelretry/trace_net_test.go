@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"sync/atomic"
 	"testing"
 
@@ -232,5 +234,40 @@ func TestTraceFreeWhenOff(t *testing.T) {
 	t.Logf("allocations of a success: %v untraced and traced off; %v traced by the SDK", plain, on)
 	if on == 0 {
 		t.Errorf("got 0 allocations traced by the SDK; want some (the measure measures nothing)")
+	}
+}
+
+// TestTraceOnOnceTheGlobalProviderIsSet: Trace with otel's global provider,
+// not set yet, traces nothing, and traces once it is set. It runs in a
+// process of its own, so that the global provider set stays out of the
+// other tests.
+func TestTraceOnOnceTheGlobalProviderIsSet(t *testing.T) {
+	if os.Getenv("OTELRETRY_SET_GLOBAL") == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestTraceOnOnceTheGlobalProviderIsSet$", "-test.v")
+		cmd.Env = append(os.Environ(), "OTELRETRY_SET_GLOBAL=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !bytes.Contains(out, []byte("--- PASS")) {
+			t.Fatalf("in a process of its own: %v\n%s", err, out)
+		}
+		return
+	}
+	rt := otelretry.Trace(&retryhttp.Transport{Base: &script{codes: []int{200}}}, nil, nil)
+	tp, exp := newTracer(t)
+	send := func() {
+		req, _ := http.NewRequest("GET", "http://orders.test/items", nil)
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	send()
+	if got := len(exp.GetSpans()); got != 0 {
+		t.Errorf("before the global provider is set: got %d spans; want 0", got)
+	}
+	otel.SetTracerProvider(tp)
+	send()
+	if got := tree(exp.GetSpans(), shape); got != "retryhttp GET internal http.response.status_code=200 retryhttp.attempts=1 retryhttp.decision=done\n  GET client http.response.status_code=200 retryhttp.decision=done\n" {
+		t.Errorf("once it is set: got span tree\n%s", got)
 	}
 }
