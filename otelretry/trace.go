@@ -269,14 +269,15 @@ func (st *request) attempt(base http.RoundTripper, req *http.Request) (*http.Res
 // whose context has ended before it was sent is a hedged copy that lost
 // and started late: it takes a number its attempt left unused.
 func (st *request) number(late bool) int {
+	n := max(len(st.spans), st.decided) + 1
 	if late {
-		for i := range min(st.decided, len(st.spans)) {
-			if st.spans[i] == nil {
-				return i + 1
+		for i := range st.decided {
+			if i >= len(st.spans) || st.spans[i] == nil {
+				n = i + 1
+				break
 			}
 		}
 	}
-	n := max(len(st.spans), st.decided) + 1
 	for len(st.spans) < n {
 		st.spans = append(st.spans, nil)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"slices"
@@ -196,6 +197,15 @@ retryhttp GET internal http.response.status_code=200 retryhttp.attempts=2 retryh
   GET client error error.type=canceled retryhttp.hedge=lost
   GET client http.request.resend_count=1 http.response.status_code=200 retryhttp.class=success retryhttp.decision=done retryhttp.hedge=won
 `},
+		{name: "a hedged attempt that failed, then a retry", steps: []rht.Step{rht.Status(503).WithDelay(20 * time.Millisecond),
+			rht.Status(503), rht.Status(200)},
+			policy: retryhttp.Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1}, want: `
+retryhttp GET internal http.response.status_code=200 retryhttp.attempts=3 retryhttp.decision=done
+  event retryhttp.wait retryhttp.delay=0.05 retryhttp.delay_source=backoff
+  GET client error error.type=503 http.response.status_code=503 retryhttp.class=transient retryhttp.decision=retry retryhttp.hedge=won
+  GET client error error.type=503 http.request.resend_count=1 http.response.status_code=503 retryhttp.hedge=lost
+  GET client http.request.resend_count=2 http.response.status_code=200 retryhttp.class=success retryhttp.decision=done
+`},
 		{name: "a hedge that lost", steps: []rht.Step{rht.Status(200).WithDelay(20 * time.Millisecond), rht.Hang()},
 			policy: retryhttp.Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1}, want: `
 retryhttp GET internal http.response.status_code=200 retryhttp.attempts=2 retryhttp.decision=done
@@ -368,4 +378,91 @@ func TestTraceHooksChained(t *testing.T) {
 	if want := []string{"retry", "done", "end done"}; !slices.Equal(seen, want) {
 		t.Errorf("got hooks %q; want %q", seen, want)
 	}
+}
+
+// slowBase answers after a delay drawn for each attempt, 503 for one in
+// three and 200 for the others; it notices a cancellation at once.
+type slowBase struct {
+	mu  sync.Mutex
+	rnd *rand.Rand
+}
+
+func (b *slowBase) RoundTrip(req *http.Request) (*http.Response, error) {
+	b.mu.Lock()
+	d := time.Duration(b.rnd.IntN(40)) * time.Millisecond
+	code := 200
+	if b.rnd.IntN(3) == 0 {
+		code = 503
+	}
+	b.mu.Unlock()
+	select {
+	case <-time.After(d):
+	case <-req.Context().Done():
+		return nil, req.Context().Err()
+	}
+	return &http.Response{StatusCode: code, Body: http.NoBody, Header: http.Header{}, Request: req}, nil
+}
+
+// TestTraceConcurrentRequestsEndEverySpan: requests at once through one
+// traced Transport, hedged and retried, end every span they start: each
+// request's span has as many attempt spans as it made attempts, and
+// each hedged attempt one copy marked won.
+func TestTraceConcurrentRequestsEndEverySpan(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tp, exp := newTracer(t)
+		tr := &retryhttp.Transport{Base: &slowBase{rnd: rand.New(rand.NewPCG(1, 2))},
+			Policy: retryhttp.Policy{HedgeDelay: 15 * time.Millisecond, HedgeRatio: 1, MaxAttempts: 4}}
+		rt := otelretry.Trace(tr, tp, nil)
+		var wg sync.WaitGroup
+		for range 200 {
+			wg.Go(func() {
+				req, _ := http.NewRequest("GET", testURL, nil)
+				if resp, err := rt.RoundTrip(req); err == nil {
+					resp.Body.Close()
+				}
+			})
+		}
+		wg.Wait()
+		synctest.Wait()
+		spans := exp.GetSpans()
+		byID := map[trace.SpanID]tracetest.SpanStub{}
+		children := map[trace.SpanID]int{}
+		won := map[trace.SpanID]int{}
+		for _, s := range spans {
+			byID[s.SpanContext.SpanID()] = s
+			children[s.Parent.SpanID()]++
+			for _, kv := range s.Attributes {
+				if kv.Key == "retryhttp.hedge" && kv.Value.AsString() == "won" {
+					won[s.Parent.SpanID()]++
+				}
+			}
+		}
+		requests, attempts := 0, 0
+		for _, s := range spans {
+			if s.Parent.IsValid() {
+				if _, ok := byID[s.Parent.SpanID()]; !ok {
+					t.Errorf("span %s: got a parent not exported; want every span ended", s.Name)
+				}
+				attempts++
+				continue
+			}
+			requests++
+			var want int64
+			for _, kv := range s.Attributes {
+				if kv.Key == "retryhttp.attempts" {
+					want = kv.Value.AsInt64()
+				}
+			}
+			if got := children[s.SpanContext.SpanID()]; int64(got) != want {
+				t.Errorf("request span: got %d attempt spans; want %d, its retryhttp.attempts", got, want)
+			}
+			if w := won[s.SpanContext.SpanID()]; int64(w) > want {
+				t.Errorf("request span: got %d copies won; want at most one per attempt", w)
+			}
+		}
+		if requests != 200 {
+			t.Errorf("got %d request spans; want 200", requests)
+		}
+		t.Logf("%d requests, %d attempt spans", requests, attempts)
+	})
 }
