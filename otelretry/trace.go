@@ -32,8 +32,8 @@ import (
 // into a copy of its headers. A nil prop means otel.GetTextMapPropagator,
 // read for every attempt.
 //
-// Trace wraps t.Base and chains t.OnAttempt and t.OnEnd. Hooks t already
-// has run after the tracing. Call it before t's first use.
+// Trace wraps t.Base and chains t.OnAttempt: a hook t already has runs
+// after the tracing. Call it before t's first use.
 //
 // A request is traced when its context holds a span, or when tp records.
 // Otherwise it goes to t as it came, at no cost.
@@ -55,17 +55,11 @@ func Trace(t *retryhttp.Transport, tp trace.TracerProvider, prop propagation.Tex
 	}
 	tc.base = &tracedBase{tc: tc, next: base}
 	t.Base = tc.base
-	next, nextEnd := t.OnAttempt, t.OnEnd
+	next := t.OnAttempt
 	t.OnAttempt = func(a retryhttp.Attempt) {
 		tc.attempted(a)
 		if next != nil {
 			next(a)
-		}
-	}
-	t.OnEnd = func(req *http.Request, r retryhttp.Report) {
-		tc.ended(req, r)
-		if nextEnd != nil {
-			nextEnd(req, r)
 		}
 	}
 	return tc
@@ -137,6 +131,7 @@ func (tc *tracing) RoundTrip(req *http.Request) (*http.Response, error) {
 	st.span = trace.SpanFromContext(ctx)
 	defer st.close(own)
 	resp, err := tc.next.RoundTrip(req.WithContext(context.WithValue(ctx, stateKey{}, st)))
+	st.ended(err)
 	if own != nil {
 		if err != nil {
 			own.SetAttributes(errorType(err))
@@ -175,9 +170,10 @@ type request struct {
 	attrs []attribute.KeyValue
 
 	mu      sync.Mutex
-	spans   []*attemptSpan // by attempt number less one; nil for a copy not yet sent
-	decided int            // attempts whose decision is made
-	answers int            // answers come in so far, to order them
+	spans   []*attemptSpan     // by attempt number less one; nil for a copy not yet sent
+	decided int                // attempts whose decision is made
+	last    retryhttp.Decision // the last decision made
+	answers int                // answers come in so far, to order them
 }
 
 // An attemptSpan is one attempt's span, and what its base answered.
@@ -315,6 +311,7 @@ func (tc *tracing) attempted(a retryhttp.Attempt) {
 	defer st.mu.Unlock()
 	first, last := a.Number-1, min(a.Number-1+a.Hedges, len(st.spans)-1)
 	st.decided = max(st.decided, a.Number+a.Hedges)
+	st.last = a.Decision
 	if first < 0 || first > last {
 		return
 	}
@@ -401,13 +398,19 @@ func sameError(a, b error) bool {
 }
 
 // ended records how the request ended on its span: the decision, and the
-// attempts made.
-func (tc *tracing) ended(req *http.Request, r retryhttp.Report) {
-	st := tc.stateOf(req.Context())
-	if st == nil {
+// attempts made. An *Error holds them; after a response, the last
+// attempt's decision stands.
+func (st *request) ended(err error) {
+	st.mu.Lock()
+	d, n := st.last, st.decided
+	st.mu.Unlock()
+	var re *retryhttp.Error
+	if errors.As(err, &re) {
+		d, n = re.Decision, re.Attempts
+	} else if err != nil {
 		return
 	}
-	st.span.SetAttributes(keyDecision.String(r.Decision.String()), keyAttempts.Int(r.Attempts))
+	st.span.SetAttributes(keyDecision.String(d.String()), keyAttempts.Int(n))
 }
 
 // close ends the request's own span, if it started one, and the spans of

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 )
@@ -269,5 +270,33 @@ func TestTraceOnOnceTheGlobalProviderIsSet(t *testing.T) {
 	send()
 	if got := tree(exp.GetSpans(), shape); got != "retryhttp GET internal http.response.status_code=200 retryhttp.attempts=1 retryhttp.decision=done\n  GET client http.response.status_code=200 retryhttp.decision=done\n" {
 		t.Errorf("once it is set: got span tree\n%s", got)
+	}
+}
+
+// BenchmarkTrace: a GET success through a Transport, untraced, traced with
+// no provider set (off), and traced by the SDK.
+func BenchmarkTrace(b *testing.B) {
+	sdk := sdktrace.NewTracerProvider() // no exporter: spans are recorded and dropped
+	defer sdk.Shutdown(context.Background())
+	for _, bc := range []struct {
+		name string
+		rt   func(*retryhttp.Transport) http.RoundTripper
+	}{
+		{"untraced", func(tr *retryhttp.Transport) http.RoundTripper { return tr }},
+		{"off", func(tr *retryhttp.Transport) http.RoundTripper { return otelretry.Trace(tr, nil, nil) }},
+		{"sdk", func(tr *retryhttp.Transport) http.RoundTripper { return otelretry.Trace(tr, sdk, nil) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			rt := bc.rt(&retryhttp.Transport{Base: &script{codes: []int{200}}})
+			req, _ := http.NewRequest("GET", "http://orders.test/items", nil)
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := rt.RoundTrip(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				resp.Body.Close()
+			}
+		})
 	}
 }

@@ -405,8 +405,8 @@ func (b *slowBase) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // TestTraceConcurrentRequestsEndEverySpan: requests at once through one
 // traced Transport, hedged and retried, end every span they start: each
-// request's span has as many attempt spans as it made attempts, and
-// each hedged attempt one copy marked won.
+// request's span has as many attempt spans as it made attempts, numbered
+// once each, and no more copies marked won than attempts.
 func TestTraceConcurrentRequestsEndEverySpan(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tp, exp := newTracer(t)
@@ -428,9 +428,11 @@ func TestTraceConcurrentRequestsEndEverySpan(t *testing.T) {
 		byID := map[trace.SpanID]tracetest.SpanStub{}
 		children := map[trace.SpanID]int{}
 		won := map[trace.SpanID]int{}
+		resends := map[trace.SpanID][]int64{}
 		for _, s := range spans {
 			byID[s.SpanContext.SpanID()] = s
 			children[s.Parent.SpanID()]++
+			resends[s.Parent.SpanID()] = append(resends[s.Parent.SpanID()], resendCount(s))
 			for _, kv := range s.Attributes {
 				if kv.Key == "retryhttp.hedge" && kv.Value.AsString() == "won" {
 					won[s.Parent.SpanID()]++
@@ -455,6 +457,14 @@ func TestTraceConcurrentRequestsEndEverySpan(t *testing.T) {
 			}
 			if got := children[s.SpanContext.SpanID()]; int64(got) != want {
 				t.Errorf("request span: got %d attempt spans; want %d, its retryhttp.attempts", got, want)
+			}
+			got := resends[s.SpanContext.SpanID()]
+			slices.Sort(got)
+			for i, c := range got {
+				if c != int64(i) {
+					t.Errorf("request span: got resend counts %v; want 0 to %d, once each", got, want-1)
+					break
+				}
 			}
 			if w := won[s.SpanContext.SpanID()]; int64(w) > want {
 				t.Errorf("request span: got %d copies won; want at most one per attempt", w)
