@@ -125,7 +125,7 @@ func (tc *tracing) RoundTrip(req *http.Request) (*http.Response, error) {
 	st := &request{tc: tc, attrs: urlAttrs(req)}
 	var own trace.Span
 	if parent := trace.SpanFromContext(ctx); !isClientSpan(parent) {
-		ctx, own = tc.tracer.Start(ctx, "retryhttp "+method(req), trace.WithSpanKind(trace.SpanKindInternal),
+		ctx, own = tc.tracer.Start(ctx, "retryhttp "+spanName(req), trace.WithSpanKind(trace.SpanKindInternal),
 			trace.WithAttributes(st.attrs...))
 	}
 	st.span = trace.SpanFromContext(ctx)
@@ -231,7 +231,7 @@ func (st *request) attempt(base http.RoundTripper, req *http.Request) (*http.Res
 	if n > 1 {
 		attrs = append(attrs, semconv.HTTPRequestResendCount(n-1))
 	}
-	ctx, as.span = st.tc.tracer.Start(ctx, method(req), trace.WithSpanKind(trace.SpanKindClient),
+	ctx, as.span = st.tc.tracer.Start(ctx, spanName(req), trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithTimestamp(as.start), trace.WithAttributes(attrs...))
 	as.ctx = req.Context()
 	if n <= st.decided { // a late copy: its attempt's decision is made
@@ -436,7 +436,11 @@ func (st *request) close(own trace.Span) {
 // redacted as the Transport's Logger redacts it, its server's address
 // and port.
 func urlAttrs(req *http.Request) []attribute.KeyValue {
-	attrs := []attribute.KeyValue{semconv.HTTPRequestMethodKey.String(method(req))}
+	m := method(req)
+	attrs := []attribute.KeyValue{semconv.HTTPRequestMethodKey.String(m)}
+	if !knownMethod(m) {
+		attrs = []attribute.KeyValue{semconv.HTTPRequestMethodKey.String("_OTHER"), semconv.HTTPRequestMethodOriginal(m)}
+	}
 	u := req.URL
 	if u == nil {
 		return attrs
@@ -473,6 +477,25 @@ func method(r *http.Request) string {
 		return http.MethodGet
 	}
 	return r.Method
+}
+
+// spanName is an attempt's span name: its method, or HTTP for a method
+// the conventions do not know.
+func spanName(r *http.Request) string {
+	if m := method(r); knownMethod(m) {
+		return m
+	}
+	return "HTTP"
+}
+
+// knownMethod reports whether m is one of the HTTP conventions' methods.
+func knownMethod(m string) bool {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete,
+		http.MethodConnect, http.MethodOptions, http.MethodTrace, http.MethodPatch:
+		return true
+	}
+	return false
 }
 
 // errorType is the error.type of err: timeout, canceled, rate_limited, or

@@ -280,6 +280,33 @@ func checkNoSecret(t *testing.T, spans tracetest.SpanStubs) {
 	}
 }
 
+// TestTraceMethods: a method the HTTP conventions do not know is _OTHER,
+// with the method as sent beside it, and names its spans HTTP.
+func TestTraceMethods(t *testing.T) {
+	tests := []struct{ method, want string }{
+		{"", "retryhttp GET internal http.request.method=GET\n  GET client http.request.method=GET\n"},
+		{"PUT", "retryhttp PUT internal http.request.method=PUT\n  PUT client http.request.method=PUT\n"},
+		{"PURGE", "retryhttp HTTP internal http.request.method=_OTHER http.request.method_original=PURGE\n" +
+			"  HTTP client http.request.method=_OTHER http.request.method_original=PURGE\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method, func(t *testing.T) {
+			tp, exp := newTracer(t)
+			rt := otelretry.Trace(&retryhttp.Transport{Base: rht.NewTransport(rht.Status(200))}, tp, nil)
+			req, _ := http.NewRequest(tt.method, testURL, nil)
+			resp, err := rt.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			got := tree(exp.GetSpans(), func(k attribute.Key) bool { return strings.HasPrefix(string(k), "http.request.method") })
+			if got != tt.want {
+				t.Errorf("got span tree\n%s\nwant\n%s", got, tt.want)
+			}
+		})
+	}
+}
+
 // TestTraceLimiter: a request whose first attempt the Limiter cannot give
 // a permit before the deadline has a span and no attempt; one that waits
 // for its permit has an event for the wait.
