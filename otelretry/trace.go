@@ -315,9 +315,11 @@ func (tc *tracing) attempted(a retryhttp.Attempt) {
 	if first < 0 || first > last {
 		return
 	}
-	winner := first
+	winner, matched := first, false
 	if a.Hedges > 0 {
-		winner = st.winner(first, last, a)
+		if w := st.winner(first, last, a); w >= 0 {
+			winner, matched = w, true
+		}
 	}
 	if s := st.spans[first]; s != nil && a.PermitWait > 0 {
 		st.span.AddEvent(waitEvent, trace.WithTimestamp(s.start.Add(-a.PermitWait)), trace.WithAttributes(
@@ -336,7 +338,7 @@ func (tc *tracing) attempted(a retryhttp.Attempt) {
 			}
 			continue
 		}
-		if a.Hedges > 0 {
+		if matched {
 			as.span.SetAttributes(keyHedge.String("won"))
 		}
 		as.span.SetAttributes(keyClass.String(a.Class.String()), keyDecision.String(a.Decision.String()))
