@@ -362,7 +362,8 @@ func (tc *tracing) attempted(a retryhttp.Attempt) {
 }
 
 // winner is the copy of a hedged attempt whose answer was the attempt's:
-// the one that answered a's error, or a's status. Among copies with the
+// the one that answered a's error (or neither a response nor an error,
+// which the Transport turns into an error), or a's status. Among copies with the
 // same status, the race kept the one whose context is still alive (the
 // others were canceled as it ended), and of those the last to answer.
 func (st *request) winner(first, last int, a retryhttp.Attempt) int {
@@ -373,7 +374,7 @@ func (st *request) winner(first, last int, a retryhttp.Attempt) int {
 			continue
 		}
 		if a.Err != nil {
-			if sameError(as.err, a.Err) {
+			if sameError(as.err, a.Err) || as.err == nil && as.status == 0 { // the Transport's error for neither
 				return i
 			}
 			continue

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -501,5 +502,42 @@ func TestTraceConcurrentRequestsEndEverySpan(t *testing.T) {
 			t.Errorf("got %d request spans; want 200", requests)
 		}
 		t.Logf("%d requests, %d attempt spans", requests, attempts)
+	})
+}
+
+// neither returns no response and no error, after 20ms for its first
+// request: the Transport turns that into an error of its own.
+type neither struct{ n atomic.Int32 }
+
+func (b *neither) RoundTrip(req *http.Request) (*http.Response, error) {
+	if b.n.Add(1) == 1 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil, nil
+}
+
+// TestTraceHedgedWinOfABaseThatReturnedNeither: a hedge that returned
+// neither a response nor an error wins with the Transport's error for
+// it, and is marked won.
+func TestTraceHedgedWinOfABaseThatReturnedNeither(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tp, exp := newTracer(t)
+		tr := &retryhttp.Transport{Base: &neither{},
+			Policy: retryhttp.Policy{HedgeDelay: 10 * time.Millisecond, HedgeRatio: 1, MaxAttempts: 2}}
+		req, _ := http.NewRequest("GET", testURL, nil)
+		if _, err := otelretry.Trace(tr, tp, nil).RoundTrip(req); err == nil {
+			t.Fatal("got no error; want one")
+		}
+		time.Sleep(20 * time.Millisecond) // the first copy answers, late
+		synctest.Wait()
+		got := tree(exp.GetSpans(), func(k attribute.Key) bool {
+			return strings.HasPrefix(string(k), "retryhttp.") || k == "http.request.resend_count"
+		})
+		want := "retryhttp GET internal error retryhttp.attempts=2 retryhttp.decision=done\n" +
+			"  GET client retryhttp.hedge=lost\n" +
+			"  GET client error http.request.resend_count=1 retryhttp.class=permanent retryhttp.decision=done retryhttp.hedge=won\n"
+		if got != want {
+			t.Errorf("got span tree\n%s\nwant\n%s", got, want)
+		}
 	})
 }
