@@ -1,6 +1,7 @@
 // Package otelretry turns a retryhttp.Transport's per-attempt hook into
-// OpenTelemetry metrics. It is a module of its own so that OpenTelemetry
-// stays out of the library's dependencies.
+// OpenTelemetry metrics, and Trace makes it trace each attempt as a span.
+// It is a module of its own so that OpenTelemetry stays out of the
+// library's dependencies.
 //
 //	m, err := otelretry.New(otel.GetMeterProvider())
 //	...
@@ -38,6 +39,14 @@
 //     (histogram, seconds): every wait for a send permit.
 //
 // Methods are recorded as sent; URLs, headers and bodies never.
+//
+// Trace gives each attempt a client span in OpenTelemetry's HTTP
+// conventions, under the request's span, with the decision and the class
+// as attributes and an event for each wait:
+//
+//	client := &http.Client{Transport: otelretry.Trace(tr, otel.GetTracerProvider(), otel.GetTextMapPropagator())}
+//
+// docs/guide-tracing.md describes the spans, and where otelhttp goes.
 package otelretry
 
 import (
