@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// The lab's ablation switch (bench/ablate.sh), built only with the tag
+// The lab's ablation switch (lab/bench/ablate.sh), built only with the tag
 // retryhttp_ablate: RETRYHTTP_ABLATE holds name=value pairs, comma
 // separated, that replace the RateLimiter's tuned numbers, to measure each
 // at its neutral value on the matrix.

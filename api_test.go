@@ -22,8 +22,8 @@ const (
 )
 
 // libraryDirs are the library's packages: the root, its test kit and the
-// nested modules a user imports. The lab (bench, internal, docs, stress,
-// examples) is not counted.
+// nested modules a user imports. The lab (lab/), internal/, docs/ and
+// examples/ are not counted.
 var libraryDirs = []string{".", "retryhttptest", "otelretry", "redisbudget", "integration"}
 
 // apiNames are the exported names of the package in dir, from its non-test

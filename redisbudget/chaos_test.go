@@ -22,7 +22,7 @@ import (
 	"go.uber.org/goleak"
 )
 
-// The chaos test's knobs: CI runs the short default; chaos.sh a long one
+// The chaos test's knobs: CI runs the short default; lab/fleet-chaos.sh a long one
 // that writes its figures for docs/fleet.md.
 var (
 	chaosDuration  = flag.Duration("chaos.duration", 3*time.Second, "how long TestChaos drives traffic")

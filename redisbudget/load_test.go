@@ -22,7 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-var loadJSON = flag.String("load.json", "", "if set, TestLoadModel measures the load model's matrix and writes it to this file (load.sh)")
+var loadJSON = flag.String("load.json", "", "if set, TestLoadModel measures the load model's matrix and writes it to this file (lab/fleet-load.sh)")
 
 // outageRun is one measured outage: processes, each with its own go-redis
 // client and Budget on one key, sending failing requests at rate each.
@@ -224,12 +224,12 @@ func TestOutageLoad(t *testing.T) {
 	}
 }
 
-// TestLoadModel measures the load model of docs/fleet.md (load.sh): Redis
+// TestLoadModel measures the load model of docs/fleet.md (lab/fleet-load.sh): Redis
 // commands during an outage at 10, 50 and 200 processes and two request
 // rates, and this machine's Redis throughput for the budget's script.
 func TestLoadModel(t *testing.T) {
 	if *loadJSON == "" {
-		t.Skip("a measurement for docs/fleet.md: run load.sh")
+		t.Skip("a measurement for docs/fleet.md: run lab/fleet-load.sh")
 	}
 	s := startRedis(t)
 	var runs []outageRun

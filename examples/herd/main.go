@@ -2,13 +2,13 @@
 // outage, with retryhttp's own code.
 //
 //	go run ./examples/herd                     # 1,000 real clients over loopback (the demo)
-//	go run ./examples/herd -json               # the same, as JSON (docs/herd-real.json)
+//	go run ./examples/herd -json               # the same, as JSON (lab/runs/herd-real.json)
 //	go run ./examples/herd -model -seeds 200   # the discrete-event model, many seeds
-//	go run ./examples/herd -model -json        # the same, as JSON (docs/herd-model.json)
+//	go run ./examples/herd -model -json        # the same, as JSON (lab/runs/herd-model.json)
 //	go run ./examples/herd -budget             # when the retry budget starts to drain
-//	go run ./examples/herd -budget -json       # the same, as JSON (docs/budget.json)
+//	go run ./examples/herd -budget -json       # the same, as JSON (lab/runs/budget.json)
 //	go run ./examples/herd -layers             # retries multiplying through layers
-//	go run ./examples/herd -layers -json       # the same, as JSON (docs/herd-layers.json)
+//	go run ./examples/herd -layers -json       # the same, as JSON (lab/runs/herd-layers.json)
 //
 // The sentences the demo prints are derived from its own figures.
 //

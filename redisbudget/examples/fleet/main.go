@@ -7,7 +7,7 @@
 //
 //	cd redisbudget && go run ./examples/fleet                            # a table
 //	cd redisbudget && go run ./examples/fleet -json                      # one JSON object
-//	cd redisbudget && go run ./examples/fleet -out ../docs/fleet.json    # the table, and the JSON saved
+//	cd redisbudget && go run ./examples/fleet -out ../lab/runs/fleet.json    # the table, and the JSON saved
 //
 // The fleet's budgets use redisbudget's default Options. See docs/fleet.md.
 package main
