@@ -181,9 +181,8 @@ func statusClass(code int) Class {
 }
 
 // neverSent reports whether err proves that the request did not reach the
-// server: the connection for it was never made (a dial error, also under an
-// HTTP proxy's "proxyconnect" error, whose inner error the outermost
-// *net.OpError hides), or a forward proxy refused the tunnel to it.
+// server. Either its connection was never made: a dial error, also under an
+// HTTP proxy's "proxyconnect" error. Or a forward proxy refused the tunnel.
 func neverSent(err error) bool {
 	var proxyErr *proxyConnectError
 	return opError(err, "dial", "proxyconnect") != nil || errors.As(err, &proxyErr)
