@@ -55,8 +55,8 @@ type Budget interface {
 // A retry takes RetryCost tokens, or ThrottleRetryCost after throttling.
 // A retry that succeeds gives back its own cost. A retry that is never
 // sent gives back its cost. A request that succeeds on its first attempt
-// adds one token, never above the size. When the bucket holds less than a
-// retry's cost, the retry is refused and the last result returned at once.
+// adds one token, never above the size. A retry the bucket cannot pay for
+// is refused, and the last result is returned at once.
 //
 // The bucket is local to the process. Transports that share one share one
 // quota. Its methods are safe for concurrent use and take no lock. A
@@ -76,7 +76,7 @@ type tokenBucket struct {
 	tokens   atomic.Int64
 	capacity int64
 	// The refunds of the two costs, made once so that a retry allocates
-	// none.
+	// nothing.
 	refundRetry, refundThrottle func(bool)
 }
 
@@ -113,16 +113,16 @@ func (b *tokenBucket) take(cost int64) bool {
 }
 
 // give adds n tokens, never above capacity. A full bucket is only read,
-// never written, so that a healthy client's success path does not bounce
-// the bucket's cache line between cores.
+// never written. So a healthy client's success path does not bounce the
+// bucket's cache line between cores.
 func (b *tokenBucket) give(n int64) {
 	for {
 		cur := b.tokens.Load()
 		if cur >= b.capacity {
 			return
 		}
-		// cur+n may overflow near the largest capacities; capacity-cur
-		// cannot (0 <= cur < capacity).
+		// cur+n may overflow near the largest capacities. capacity-cur
+		// cannot, since 0 <= cur < capacity.
 		if b.tokens.CompareAndSwap(cur, cur+min(n, b.capacity-cur)) {
 			return
 		}

@@ -342,20 +342,20 @@ func (c *call) weighOutcome() {
 }
 
 // classify is the Policy's class for the attempt's outcome, but for a stray
-// cancellation: an error that says "canceled" while the request's context
-// is alive was not the caller's. net/http puts the connection of a bodyless
-// response back in the pool before it delivers the response, and a request
-// canceled in between closes that connection under the request that took
-// it (transport.go, persistConn.roundTrip); hedging cancels losing copies in
-// flight all the time. Such an attempt failed with its connection:
-// Transient, not the Permanent of a caller's cancellation. It is not a
-// failure before sending, so an unkeyed write is not retried.
+// cancellation. A stray one says "canceled" while the request's context is
+// alive: the cancellation was not the caller's. net/http can fail a request
+// that way when it shares a connection with another request, canceled as
+// its bodyless response came. Hedging cancels losing copies in flight all
+// the time. Such an attempt failed with its connection. It is Transient,
+// not the Permanent of a caller's cancellation. It is not a failure before
+// sending, so an unkeyed write is not retried.
 //
-// A cancellation that follows one is not stray (strayOK false): a base
-// that fails with context.Canceled every time (a token source whose context
-// ended, say) is not retried again and again, at the budget's expense. One
-// whose cause is a hedged copy's end (errCopyCanceled, this package's own)
-// is stray whatever came before it: under load it may strike twice.
+// A cancellation that follows one is not stray (strayOK false). A base that
+// fails with context.Canceled every time is then not retried again and
+// again, at the budget's expense. A token source whose context ended is
+// such a base. A cancellation whose cause is errCopyCanceled, a hedged
+// copy's end, is stray whatever came before it. Under load it may strike
+// twice.
 func (c *call) classify(resp *http.Response, err error) Class {
 	class := c.t.Policy.classify(resp, err)
 	if class == Permanent && err != nil && c.ctx.Err() == nil && errors.Is(err, context.Canceled) &&

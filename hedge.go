@@ -11,20 +11,22 @@ import (
 )
 
 // Hedging: when an attempt has had no answer for the hedge delay, send
-// another copy and take whichever answers first ("The Tail at Scale", Dean
-// and Barroso, CACM 2013; gRPC's hedging policy). A hedge is extra load at
-// the moment a server is slowest, so hedges are limited to a share of
-// requests (Policy.HedgeRatio, defaultHedgeRatio): a dependency slow for
-// everyone gets that share in extra copies and no more. They are not paid
-// from the retry budget: a hedge that loses would spend tokens meant for
-// failures, and a budget short of them refuses hedges at random, the ones
-// that would cut the tail among them. A hedge the share cannot pay for now
-// is asked for again after a quarter of the delay, and the first ask of an
-// attempt leaves nearly a hedge in the share for those asked again (one
-// less the ratio: none when every request may be hedged): when the share
-// runs short, the copies still outstanding a quarter of the delay later,
-// the slowest, get the hedges before those just past the delay, most of
-// which answer in a moment anyway.
+// another copy and take whichever answers first. The idea comes from "The
+// Tail at Scale" (Dean and Barroso, CACM 2013) and gRPC's hedging policy.
+//
+// A hedge is extra load at the moment a server is slowest. So hedges are
+// at most a share of requests: Policy.HedgeRatio, or defaultHedgeRatio. A
+// dependency slow for everyone gets that share in extra copies, no more.
+//
+// Hedges are not paid from the retry budget. A hedge that loses would
+// spend tokens meant for failures. A budget short of tokens would refuse
+// hedges at random, the ones that cut the tail among them.
+//
+// A hedge the share cannot pay for now is asked for again after a quarter
+// of the delay. The first ask of an attempt leaves 1 - HedgeRatio of a
+// hedge in the share, for the asks that come again. So when the share runs
+// short, the slowest copies get the hedges first. Most copies just past the
+// delay answer in a moment anyway.
 
 // hedgeStats is what hedging did in one attempt.
 type hedgeStats struct {
@@ -32,13 +34,14 @@ type hedgeStats struct {
 	won           bool
 }
 
-// hedgeable reports whether this request's attempts may be hedged: hedging
-// is on, the method is idempotent, and its body, if any, can be had again
-// for each copy. A write is not hedged, even with an idempotency key: a
-// server that deduplicates keys answers a copy that arrives while another
-// is in progress with 409 Conflict (the IETF Idempotency-Key draft,
-// Stripe), an answer that would win the race though the write is being
-// done.
+// hedgeable reports whether this request's attempts may be hedged. Hedging
+// must be on and the method idempotent. The body, if any, must be one that
+// can be had again for each copy.
+//
+// A write is not hedged, even with an idempotency key. A server that
+// deduplicates keys answers a copy that comes during another with 409
+// Conflict (the IETF Idempotency-Key draft; Stripe). That answer would win
+// the race while the write is still being done.
 func (p *Policy) hedgeable(req *http.Request) bool {
 	return (p.HedgeDelay > 0 || p.hedgeQuantile() > 0) && idempotentMethod(req.Method) &&
 		(req.Body == nil || req.Body == http.NoBody || req.GetBody != nil)
@@ -60,8 +63,8 @@ func (p *Policy) hedgeRatio() float64 {
 }
 
 // hedgeDelay is how long an attempt waits before its first hedge, or 0 for
-// no hedge: the fixed HedgeDelay, or the running quantile, never below
-// HedgeDelay, once one is known.
+// no hedge. It is the fixed HedgeDelay without HedgeQuantile. With it, it
+// is the running quantile, never below HedgeDelay, and 0 until one is known.
 func (c *call) hedgeDelay() time.Duration {
 	p := &c.t.Policy
 	if p.hedgeQuantile() == 0 {
@@ -73,8 +76,8 @@ func (c *call) hedgeDelay() time.Duration {
 	return 0
 }
 
-// hedgeCap bounds Policy.MaxHedges: the copies of one attempt are answered
-// into a channel with room for them all.
+// hedgeCap bounds Policy.MaxHedges. The copies of one attempt answer into a
+// channel with room for them all.
 const hedgeCap = 100
 
 func (p *Policy) maxHedges() int {
@@ -85,9 +88,9 @@ func (p *Policy) maxHedges() int {
 }
 
 // A race is one hedged attempt: its copies and the answers they send back.
-// The call owns it while it listens; once a winner is chosen (or a hook
-// panics) the race is over, the copies still running are canceled, and each
-// discards its own answer when it comes, so that the winner never waits for
+// The call owns it while it listens. The race is over once a winner is
+// chosen, or a hook panics. The copies still running are then canceled.
+// Each discards its own answer when it comes. So the winner never waits for
 // a loser whose base ignores cancellation.
 type race struct {
 	answers chan copyAnswer // buffered for every copy: none ever blocks
@@ -101,10 +104,10 @@ type race struct {
 	report  *Report       // the caller's, which each answer's Report joins; nil for none
 	failed  failure       // the retryable failure kept while copies run; only the call touches it
 
-	// For an automatic delay, the first copy's latency is measured: up to
-	// its answer, or, when a hedge won, up to the end of the race (it took
-	// at least that long). Counting the hedges that win and not the
-	// copies they beat would pull the delay below the quantile.
+	// For an automatic delay, the first copy's latency is measured. It runs
+	// up to its answer, or up to the end of the race when a hedge won: the
+	// copy took at least that long. Counting the hedges that win, and not
+	// the copies they beat, would pull the delay below the quantile.
 	lat      *latency // nil when not measured
 	q        float64
 	start    time.Time
@@ -112,16 +115,16 @@ type race struct {
 	answered bool            // the first copy's answer came in the race; under mu
 }
 
-// errCopyCanceled is the cause a copy is canceled with once its race is over
-// (or, for the winner, once its body is read). net/http hands a request's
-// cause to the next request on its connection when the cancellation comes
-// as a bodyless response is delivered (see call.classify): another
-// request that gets this error was not canceled by its caller.
+// errCopyCanceled is the cause a copy is canceled with once its race is
+// over. The winner is canceled with it once its body is closed. A base may
+// fail another request on the copy's connection with it (see
+// call.classify). A request that gets this error was not canceled by its
+// caller.
 var errCopyCanceled = fmt.Errorf("retryhttp: a hedged copy's race is over: %w", context.Canceled)
 
-// A hedgeCopy is what one copy holds: its context's cancel, its send permit,
-// the hedge share it took (until it is sent), its own Report, and its
-// AttemptTimeout's timer, which cancels it.
+// A hedgeCopy is what one copy holds: its cancel, its send permit and its
+// own Report. It holds the hedge it took from the share until it is sent.
+// Its timer, under AttemptTimeout, cancels it.
 type hedgeCopy struct {
 	cancel context.CancelFunc
 	permit permit
@@ -142,7 +145,7 @@ type copyAnswer struct {
 }
 
 // launch sends req as the next copy on a goroutine of its own. An answer
-// that comes once the race is over is discarded by the copy itself; a 429
+// that comes once the race is over is discarded by the copy itself. A 429
 // in it still reaches the limiter.
 func (r *race) launch(base http.RoundTripper, req *http.Request, hc hedgeCopy) {
 	ctx, cancel := context.WithCancelCause(req.Context())
@@ -158,9 +161,9 @@ func (r *race) launch(base http.RoundTripper, req *http.Request, hc hedgeCopy) {
 	i := len(r.copies)
 	r.copies = append(r.copies, hc)
 	r.mu.Unlock()
-	// A deep copy: a copy that loses may still be running when RoundTrip
-	// has returned and the caller, its response body closed, changes or
-	// reuses its request, as the RoundTripper contract allows.
+	// A deep copy: a copy that loses may still run after RoundTrip returns.
+	// Once the caller has closed the response body, it may change or reuse
+	// its request, as the RoundTripper contract allows.
 	req = req.Clone(ctx)
 	go r.run(base, req, i, hc)
 }
@@ -175,11 +178,11 @@ func (r *race) run(base http.RoundTripper, req *http.Request, i int, hc hedgeCop
 }
 
 // answer sends copy a's answer to the race, or disposes of it once the race
-// is over. As the deferred call of run, it recovers the base's panic: the
-// call panics with its value on the caller's goroutine, as it would without
-// hedging. A panic that comes once the race is over has no caller to reach
-// and ends only its copy. A base that exits its goroutine (runtime.Goexit)
-// fails the copy with errBaseExited.
+// is over. As run's deferred call, it recovers the base's panic. The call
+// then panics with its value on the caller's goroutine, as without hedging.
+// A panic after the race is over has no caller to reach: it ends only its
+// copy. A base that exits its goroutine (runtime.Goexit) fails the copy
+// with errBaseExited.
 func (r *race) answer(a *copyAnswer, hc hedgeCopy) {
 	if a.panicked {
 		if a.value = recover(); a.value == nil {
@@ -207,11 +210,11 @@ func (r *race) answer(a *copyAnswer, hc hedgeCopy) {
 // runtime.Goexit, so that the race does not wait for it forever.
 var errBaseExited = errors.New("retryhttp: base RoundTripper exited its goroutine without returning")
 
-// lateAnswer disposes of an answer that nobody listens for any more, on a
-// goroutine of its own, so that the winner never waits for a loser's drain.
-// It reaches the limiter all the same, classified by its status alone (no
-// hook runs off the caller's goroutine): a 429 is a throttle, anything else
-// an answer that got through.
+// lateAnswer disposes of an answer that nobody listens for any more. It
+// drains it on a goroutine of its own, so that the winner never waits for a
+// loser. The answer reaches the limiter all the same. It is classified by
+// its status alone, since no hook runs off the caller's goroutine. A 429 is
+// a throttle; anything else is an answer that got through.
 func lateAnswer(pol *Policy, resp *http.Response, err error, hc hedgeCopy) {
 	class := Success
 	if resp != nil && resp.StatusCode == http.StatusTooManyRequests {
@@ -221,9 +224,9 @@ func lateAnswer(pol *Policy, resp *http.Response, err error, hc hedgeCopy) {
 	go discard(resp, hc.cancel)
 }
 
-// end closes the race: every copy but the winner (-1 for none) is canceled,
-// and the answers already sent are discarded. A hedge being prepared gives
-// back its tokens and permit: it was not sent.
+// end closes the race. Every copy but the winner (-1 for none) is canceled.
+// The answers already sent are discarded. A hedge being prepared gives back
+// its share and its permit: it was not sent.
 func (r *race) end(winner int) {
 	r.mu.Lock()
 	r.over = true
@@ -283,30 +286,30 @@ func (f *failure) discard() {
 // abandon ends a race that a panicking hook left running.
 func (r *race) abandon() { r.end(-1) }
 
-// sendHedged makes one attempt as up to maxCopies copies: the first at once,
-// then a hedge each time delay passes with no acceptable answer
-// (MaxHedges at most), when the hedge share holds one and the Limiter has a
-// permit due; when either has none, it is asked again after a quarter of
-// the delay.
-// The first answer that is not a retryable failure wins; if every copy
-// fails retryably, the last throttle (or, without one, the last failure) is
-// the attempt's outcome, for the retry logic to weigh: a copy's 429 is the
-// server asking the retry to slow down, whatever its hedge got. The others
-// are canceled and discarded without being waited for. No hedge is sent
-// once the request's context is done.
+// sendHedged makes one attempt as up to maxCopies copies. The first is sent
+// at once. A hedge follows each time delay passes with no acceptable
+// answer, MaxHedges at most. A hedge needs one from the hedge share and a
+// permit due now from the Limiter. Without either, it is asked for again
+// after a quarter of the delay. No hedge is sent once the request's context
+// is done.
+//
+// The first answer that is not a retryable failure wins. The other copies
+// are canceled and discarded without being waited for. If every copy fails
+// retryably, the last throttle is the attempt's outcome, for the retry
+// logic to weigh. Without a throttle, the last failure is. A copy's 429 is
+// the server asking the retry to slow down, whatever its hedge got.
 //
 // Each copy is bounded by AttemptTimeout, as an attempt that is not hedged
-// is (see sendTimed): one that runs out is a retryable failure like any
+// is (see sendTimed). A copy that runs out is a retryable failure like any
 // other, and its hedges run on.
 //
-// A hedge's answer wins only while the caller's context is alive (a copy
-// canceled by the caller won nothing). Every copy's 429 reaches the
-// Limiter. Each copy carries its own attempt number, and records into a
-// Report of its own: copies run on goroutines of their own, and a
-// Transport inside the base must not write into the caller's Report from
-// them. The Report of each copy that answered before the race ended joins
-// the caller's, in the order they answered; a copy still running then
-// keeps its attempts to itself.
+// A hedge counts as won only while the caller's context is alive. Every
+// copy's 429 reaches the Limiter. Each copy carries its own attempt number.
+// Each records into a Report of its own, since it runs on a goroutine of
+// its own. A Transport inside the base must not write into the caller's
+// Report from there. The Report of each copy that answered before the race
+// ended joins the caller's, in the order they answered. A copy still
+// running then keeps its attempts to itself.
 func (c *call) sendHedged(delay time.Duration) {
 	o, p := &c.o, &c.t.Policy
 	maxCopies := min(c.max-o.number+1, p.maxHedges()+1)
@@ -338,8 +341,8 @@ func (c *call) sendHedged(delay time.Duration) {
 			o.resp, o.err = a.resp, a.err
 			o.release = hc.cancel
 			o.class = c.classify(a.resp, a.err)
-			// As in sendTimed: the copy's timer runs through the
-			// classification, and if it fired while the request's context
+			// As in sendTimed, the copy's timer runs through the
+			// classification. If it fired while the request's context
 			// lives, the copy failed with ErrAttemptTimeout.
 			if hc.timer != nil && !hc.timer.Stop() && c.ctx.Err() == nil {
 				if o.resp != nil {
@@ -407,13 +410,14 @@ func (c *call) copyReport() *Report {
 	return new(Report)
 }
 
-// hedge prepares the hedged copy that would be attempt number n, in r.next:
-// a hedge from the share (asked again, the last one it holds; asked first,
-// one that leaves 1 - HedgeRatio of a hedge), a permit due now from the
-// Limiter, then its request (a fresh body, its own attempt number). It
-// reports false, holding nothing, when any of them cannot be had; until the
-// copy is launched, the race holds the share and the permit, so that a
-// panicking GetBody leaves neither taken.
+// hedge prepares, in r.next, the hedged copy that would be attempt number
+// n. It takes a hedge from the share, then a permit due now from the
+// Limiter. Then it makes the copy's request, with a fresh body and its own
+// attempt number. A first ask leaves 1 - HedgeRatio of a hedge in the
+// share. An ask that comes again may take the last one. It reports false,
+// holding nothing, when any of them cannot be had. Until the copy is
+// launched, the race holds the share and the permit. So a panicking GetBody
+// leaves neither taken.
 func (c *call) hedge(r *race, n int, again bool) (*http.Request, bool) {
 	hc := &r.next
 	var keep int64

@@ -7,10 +7,10 @@ import (
 )
 
 // defaultHedgeRatio is the most hedged copies a Transport sends, as a share
-// of its hedgeable requests, when Policy.HedgeRatio is zero: one in twenty,
-// the share of requests slower than a 95th-percentile hedge delay. Dean and
-// Barroso's hedged BigTable reads ("The Tail at Scale") cost 2% more
-// requests; gRPC throttles hedges with the same token bucket as retries.
+// of its hedgeable requests, when Policy.HedgeRatio is zero. It is the share
+// of requests slower than a 95th-percentile hedge delay. Dean and Barroso's
+// hedged BigTable reads ("The Tail at Scale") cost 2% more requests. gRPC
+// throttles hedges with the same token bucket as retries.
 const defaultHedgeRatio = 0.05
 
 // A hedging is the state hedges share across requests: the hedges they may
@@ -33,12 +33,12 @@ func (l *lazyHedging) get() *hedging {
 	return l.p.Load()
 }
 
-// hedgeQuota lets hedges be at most a share of requests, in units of a
-// trillionth of a hedge (hedgeUnit): every hedgeable request adds the
-// share, at least one unit, every hedge takes a whole one. It starts empty,
-// so that a dependency slow for everyone gets no more than the share in
-// extra copies from its first request on, and holds at most hedgeBurst
-// hedges, so that a quiet spell does not store up a burst.
+// hedgeQuota lets hedges be at most a share of requests. It counts in
+// units, hedgeUnit of them to a hedge. Every hedgeable request adds the
+// share, one unit at least. A hedge takes hedgeUnit units. It starts
+// empty, so that a dependency slow for everyone gets no more than the share
+// from its first request on. It holds at most hedgeBurst hedges, so that a
+// quiet spell does not store up a burst.
 type hedgeQuota struct{ units atomic.Int64 }
 
 const (
@@ -74,7 +74,7 @@ func (q *hedgeQuota) take(keep int64) bool {
 }
 
 // refund gives back a hedge: one taken and not sent, or one that won. It
-// never fills the quota past hedgeBurst: deposits made meanwhile may have
+// never fills the quota past hedgeBurst. Deposits made meanwhile may have
 // filled it already.
 func (q *hedgeQuota) refund() {
 	for {
@@ -89,12 +89,12 @@ func (q *hedgeQuota) refund() {
 }
 
 // latency keeps a running quantile of attempt latencies, for an automatic
-// hedge delay: counts in buckets a quarter of a doubling wide (latencies
-// read 19% coarse at most), in two generations of latencyWindow samples,
-// the newer one filled while both are read. The estimate is made again at
-// each turn of generations and follows the last latencyWindow to twice as
-// many attempts. It is lock-free: a sample counted as a generation turns
-// may land in the wrong one. The zero latency is ready to use.
+// hedge delay. It counts them in buckets, latencySubBuckets to a doubling.
+// It keeps two generations of latencyWindow samples. The newer one is
+// filled while both are read. The estimate is made again at each turn of
+// generations. So it follows the last latencyWindow to twice as many
+// attempts. It is lock-free: a sample counted as a generation turns may
+// land in the wrong one. The zero latency is ready to use.
 type latency struct {
 	counts [2][latencyBuckets]atomic.Uint32
 	gen    atomic.Uint32 // the generation being filled
@@ -107,7 +107,7 @@ const (
 	latencyWindow     = 500
 	latencySubBuckets = 4                        // per doubling
 	latencyMin        = 10 * time.Microsecond    // the first bucket's top
-	latencyBuckets    = 24*latencySubBuckets + 1 // up to about 168 s
+	latencyBuckets    = 24*latencySubBuckets + 1 // bucket 0, then 24 doublings above latencyMin
 )
 
 // bucket returns the bucket of latency d: bucket 0 holds what is under
@@ -132,11 +132,11 @@ func top(b int) time.Duration {
 	return time.Duration(math.Ldexp(1+float64(frac+1)/latencySubBuckets, e) * float64(latencyMin))
 }
 
-// record counts one attempt's latency. Every latencyWindow samples, the
-// goroutine that counts the last one makes the estimate of quantile q anew
-// and turns the generations; before the first turn, a first estimate is
-// made at 20, 50, 100 and 200 samples (a high quantile of few samples is
-// near their largest: a late hedge, never an early one).
+// record counts one attempt's latency. The goroutine that counts the last
+// of latencyWindow samples makes the estimate of quantile q anew. It then
+// turns the generations. Before the first turn, a first estimate is made
+// at a few smaller counts. A high quantile of few samples is near their
+// largest: it makes a late hedge, never an early one.
 func (l *latency) record(d time.Duration, q float64) {
 	g := l.gen.Load() & 1
 	l.counts[g][bucket(d)].Add(1)
@@ -173,6 +173,6 @@ func (l *latency) estimateFrom(q float64) {
 	}
 }
 
-// estimate returns the quantile made at the last turn, or 0 before the
-// first latencyWindow samples.
+// estimate returns the last estimate of the quantile, or 0 before the
+// first one.
 func (l *latency) estimate() time.Duration { return time.Duration(l.est.Load()) }

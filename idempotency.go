@@ -2,13 +2,10 @@ package retryhttp
 
 import (
 	"crypto/rand"
-	"encoding/hex"
 	"net/http"
 	"strings"
 	"sync"
 	"unsafe"
-
-	"github.com/google/uuid"
 )
 
 // defaultIdempotencyHeader is the header that carries a write's
@@ -35,18 +32,26 @@ func (p *Policy) idempotencyHeader() string {
 }
 
 // keyedRequest is the copy of a write's request that carries a generated
-// key. It is allocated in one piece with the key's text and, for a header
-// of usual size, the header's values. A write's key then costs a handful of
-// allocations, not one per part.
+// key. It is allocated in one piece with its keyText, so that a write's key
+// costs a handful of allocations, not one per part.
 type keyedRequest struct {
-	req  http.Request
+	req http.Request
+	keyText
+}
+
+// keyText holds a generated key's text. It also holds the header's values
+// when they fit in vals.
+type keyText struct {
 	key  [36]byte
 	vals [4]string
 }
 
-// withNewKey returns a copy of out whose header is req's with a new key
-// under name. It returns nil when Policy.NewIdempotencyKey made an empty
-// one: an empty value identifies nothing, so the write stays unkeyed.
+// withNewKey returns out with a new key under name, in a header that is
+// otherwise req's. When out is req, it returns a copy. Any other out is the
+// call's own copy of req, made for Policy.Timeout: it takes the key itself,
+// so that the request is copied once. withNewKey returns nil when
+// Policy.NewIdempotencyKey made an empty key. An empty value identifies
+// nothing, so the write stays unkeyed.
 func (t *Transport) withNewKey(req, out *http.Request, name string) *http.Request {
 	p := &t.Policy
 	var key string
@@ -55,15 +60,21 @@ func (t *Transport) withNewKey(req, out *http.Request, name string) *http.Reques
 			return nil
 		}
 	}
-	kr := new(keyedRequest)
-	kr.req = *out
-	if key == "" {
-		t.keys.newUUID(&kr.key)
-		// The bytes are never written again: the string may share them.
-		key = unsafe.String(&kr.key[0], len(kr.key))
+	var kt *keyText
+	if out == req {
+		kr := new(keyedRequest)
+		kr.req = *out
+		out, kt = &kr.req, &kr.keyText
+	} else {
+		kt = new(keyText)
 	}
-	kr.req.Header = cloneHeaderWith(req.Header, name, key, kr.vals[:0])
-	return &kr.req
+	if key == "" {
+		t.keys.newUUID(&kt.key)
+		// The bytes are never written again: the string may share them.
+		key = unsafe.String(&kt.key[0], len(kt.key))
+	}
+	out.Header = cloneHeaderWith(req.Header, name, key, kt.vals[:0])
+	return out
 }
 
 // keySource makes random (version 4) UUIDs from crypto/rand. It reads the
@@ -83,7 +94,7 @@ type keyBatch struct {
 	next int
 }
 
-const keysPerBatch = 16
+const keysPerBatch = 64
 
 // newUUID writes a new UUID into dst in its 36-character form.
 func (s *keySource) newUUID(dst *[36]byte) {
@@ -95,27 +106,36 @@ func (s *keySource) newUUID(dst *[36]byte) {
 		rand.Read(b.buf[:]) // never returns an error (crypto/rand, Go 1.24+)
 		b.next = 0
 	}
-	var u uuid.UUID
-	copy(u[:], b.buf[b.next:b.next+16])
-	clear(b.buf[b.next : b.next+16])
+	u := (*[16]byte)(b.buf[b.next : b.next+16])
 	b.next += 16
-	s.pool.Put(b)
 	u[6] = u[6]&0x0f | 0x40 // version 4
 	u[8] = u[8]&0x3f | 0x80 // RFC 9562 variant
 	encodeUUID(dst, u)
+	*u = [16]byte{}
+	s.pool.Put(b)
 }
 
 // encodeUUID writes u in its canonical form, xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
-func encodeUUID(dst *[36]byte, u uuid.UUID) {
-	hex.Encode(dst[0:8], u[0:4])
+func encodeUUID(dst *[36]byte, u *[16]byte) {
+	encodeHex(dst[0:8], u[0:4])
 	dst[8] = '-'
-	hex.Encode(dst[9:13], u[4:6])
+	encodeHex(dst[9:13], u[4:6])
 	dst[13] = '-'
-	hex.Encode(dst[14:18], u[6:8])
+	encodeHex(dst[14:18], u[6:8])
 	dst[18] = '-'
-	hex.Encode(dst[19:23], u[8:10])
+	encodeHex(dst[19:23], u[8:10])
 	dst[23] = '-'
-	hex.Encode(dst[24:], u[10:])
+	encodeHex(dst[24:36], u[10:16])
+}
+
+// encodeHex writes src into dst in lower-case hex, as hex.Encode does.
+func encodeHex(dst, src []byte) {
+	const digits = "0123456789abcdef"
+	_ = dst[2*len(src)-1]
+	for i, c := range src {
+		dst[2*i] = digits[c>>4]
+		dst[2*i+1] = digits[c&0x0f]
+	}
 }
 
 // headerKey returns the value of header name in h, looking first under the

@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -416,5 +418,52 @@ func TestEmptyGeneratedIdempotencyKeyIsNoKey(t *testing.T) {
 	roundTrip(t, tr, req)
 	if n := attempts.Load(); n > 1 {
 		t.Errorf("got %d attempts of a POST with keys %q; want 1: a write with an empty idempotency key is not idempotent", n, keys)
+	}
+}
+
+// Under Policy.Timeout, the call sends a copy of the request that carries
+// the Timeout's context. The key goes into that copy, so that a keyed write
+// costs no second copy of the request. The test counts the bytes a write's
+// key costs beyond a GET, with the Timeout and without it: the caller's key
+// generator keeps the key source's pool out of the count.
+func TestKeyUnderTimeoutReusesTheCopy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocation counts")
+	}
+	base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		if r.Body != nil {
+			r.Body.Close()
+		}
+		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+	})
+	bytesPerRequest := func(p Policy, method string) int64 {
+		p.NewIdempotencyKey = func() string { return "k" }
+		tr := &Transport{Base: base, Policy: p}
+		req, _ := http.NewRequest(method, "http://example.test/", nil)
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1)) // as testing.AllocsPerRun
+		const runs = 1000
+		least := uint64(math.MaxUint64)
+		for range 3 { // the least of three: another goroutine's allocations only add
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			before := ms.TotalAlloc
+			for range runs {
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+			}
+			runtime.ReadMemStats(&ms)
+			least = min(least, (ms.TotalAlloc-before)/runs)
+		}
+		return int64(least)
+	}
+	timeout := Policy{Timeout: time.Minute}
+	with := bytesPerRequest(timeout, "POST") - bytesPerRequest(timeout, "GET")
+	without := bytesPerRequest(Policy{}, "POST") - bytesPerRequest(Policy{}, "GET")
+	t.Logf("a key beyond a GET: %d B under Policy.Timeout, %d B without it", with, without)
+	if with >= without {
+		t.Errorf("a key costs %d B beyond a GET under Policy.Timeout and %d B without it; want less under the Timeout, which already copies the request", with, without)
 	}
 }
