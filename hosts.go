@@ -55,8 +55,8 @@ type PerHost struct {
 	IdleTimeout time.Duration
 
 	// Lookups read an immutable map with no lock. New destinations go
-	// into dirty, under mu, and are copied into a new read map once
-	// lookups that had to take the lock add up to an eighth of it: a copy
+	// into dirty, under mu. They are copied into a new read map once the
+	// lookups that took the lock add up to an eighth of it. A copy then
 	// costs a few lookups per destination, however many there are.
 	read   atomic.Pointer[hostMaps]
 	mu     sync.Mutex
@@ -283,11 +283,11 @@ func (ph *PerHost) alias(k hostKey, h *host) {
 	ph.n++
 }
 
-// sweep forgets the destinations idle for IdleTimeout and, when need more
-// keys would go past MaxHosts, the ones idle longest, down to seven eighths
-// of MaxHosts less need, so that a stream of new destinations sweeps once
-// in a while, not on each; never keep. A destination goes with all its
-// spellings. Must hold mu.
+// sweep forgets the destinations idle for IdleTimeout. When need more keys
+// would go past MaxHosts, it also forgets the ones idle longest. It goes
+// down to seven eighths of MaxHosts less need. A stream of new
+// destinations then sweeps once in a while, not on each. It never forgets
+// keep. A destination goes with all its spellings. Must hold mu.
 func (ph *PerHost) sweep(now time.Time, need int, keep *host) {
 	ph.swept = now
 	keys := make(map[*host][]hostKey, ph.n)
