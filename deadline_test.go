@@ -297,7 +297,10 @@ func deadlineSeen(t *testing.T, ctx context.Context, values []string) time.Durat
 }
 
 func TestHandlerDeadline(t *testing.T) {
+	// The request is served under the header's deadline, less 5ms for the
+	// answer's way back.
 	const none = time.Duration(-1)
+	const margin = 5 * time.Millisecond
 	tests := []struct {
 		name     string
 		values   []string
@@ -305,9 +308,9 @@ func TestHandlerDeadline(t *testing.T) {
 		want     time.Duration
 	}{
 		{"no header", nil, 0, none},
-		{"250ms", []string{"250"}, 0, 250 * time.Millisecond},
-		{"0: already due", []string{"0"}, 0, 0},
-		{"leading zeros", []string{"0042"}, 0, 42 * time.Millisecond},
+		{"250ms", []string{"250"}, 0, 250*time.Millisecond - margin},
+		{"0: already past", []string{"0"}, 0, -margin},
+		{"leading zeros", []string{"0042"}, 0, 42*time.Millisecond - margin},
 		{"empty", []string{""}, 0, none},
 		{"letters", []string{"abc"}, 0, none},
 		{"negative", []string{"-5"}, 0, none},
@@ -319,10 +322,11 @@ func TestHandlerDeadline(t *testing.T) {
 		{"a fraction", []string{"5.5"}, 0, none},
 		{"two values", []string{"5", "10"}, 0, none},
 		{"a list in one value", []string{"5,10"}, 0, none},
-		{"longer than the ceiling: clamped to 5 minutes", []string{"300001"}, 0, 5 * time.Minute},
+		{"longer than the ceiling: clamped to 5 minutes", []string{"300006"}, 0, 5 * time.Minute},
 		{"past int64: clamped to 5 minutes", []string{"99999999999999999999"}, 0, 5 * time.Minute},
-		{"sooner than the request's own deadline", []string{"50"}, 100 * time.Millisecond, 50 * time.Millisecond},
+		{"sooner than the request's own deadline", []string{"50"}, 100 * time.Millisecond, 50*time.Millisecond - margin},
 		{"later than the request's own deadline: it stays", []string{"500"}, 100 * time.Millisecond, 100 * time.Millisecond},
+		{"no sooner, with the margin: it stays", []string{"105"}, 100 * time.Millisecond, 100 * time.Millisecond},
 		{"huge, with the request's own deadline: it stays", []string{"99999999999999999999"}, time.Hour, time.Hour},
 		{"malformed, with the request's own deadline: it stays", []string{"abc"}, 100 * time.Millisecond, 100 * time.Millisecond},
 	}
@@ -357,9 +361,9 @@ func (s serveIn) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 func TestDeadlineAcrossServices(t *testing.T) {
-	// A caller with 1s left calls A, which calls B; B works until its
-	// context ends. In fake time, B's context ends exactly when the
-	// caller's does, though no cancellation crosses a hop.
+	// A caller with 1s left calls A, which works 100ms, then calls B; B
+	// works until its context ends. No cancellation crosses a hop: the
+	// header alone ends B's work, at 1s less each Handler's 5ms margin.
 	synctest.Test(t, func(t *testing.T) {
 		var bLeft time.Duration
 		var bEnded time.Time
@@ -391,11 +395,11 @@ func TestDeadlineAcrossServices(t *testing.T) {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 		}
-		if bLeft != 900*time.Millisecond {
-			t.Errorf("got %v left at B; want 900ms", bLeft)
+		if bLeft != 890*time.Millisecond {
+			t.Errorf("got %v left at B; want 890ms", bLeft)
 		}
-		if got := bEnded.Sub(start); got != time.Second {
-			t.Errorf("B stopped after %v; want 1s, the caller's deadline", got)
+		if got := bEnded.Sub(start); got != 990*time.Millisecond {
+			t.Errorf("B stopped after %v; want 990ms, before the caller's deadline", got)
 		}
 	})
 }
@@ -436,5 +440,208 @@ func TestDeadlineAcrossRealServices(t *testing.T) {
 	resp.Body.Close()
 	if left := <-leftc; left <= 9*time.Second || left > 10*time.Second {
 		t.Errorf("got %v left at the bottom; want the caller's 10s less the hops (more than 9s)", left)
+	}
+}
+
+// latencyBase answers 200 after the latency its func gives the attempt, or
+// fails when the attempt's context ends first.
+type latencyBase struct {
+	n       atomic.Int64
+	latency func(n int64) time.Duration // n counts from 1
+}
+
+func (b *latencyBase) RoundTrip(r *http.Request) (*http.Response, error) {
+	timer := time.NewTimer(b.latency(b.n.Add(1)))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+	case <-r.Context().Done():
+		return nil, r.Context().Err()
+	}
+}
+
+// attempt sends one request of one attempt and returns how long the attempt
+// took and whether its timeout cut it.
+func attempt(t *testing.T, tr *Transport) (time.Duration, bool) {
+	t.Helper()
+	var a Attempt
+	tr.OnAttempt = func(got Attempt) { a = got }
+	ctx := WithOverride(context.Background(), Override{MaxAttempts: 1})
+	resp, err := tr.RoundTrip(newReq(t, "GET", "").WithContext(ctx))
+	if err == nil {
+		resp.Body.Close()
+	}
+	return a.Duration, errors.Is(a.Err, ErrAttemptTimeout)
+}
+
+func TestAttemptTimeoutQuantile(t *testing.T) {
+	// A window of 1000 attempts forms the estimate: the bucket of the
+	// quantile, read one bucket (a quarter of a doubling) high.
+	tests := []struct {
+		name    string
+		q       float64
+		ceiling time.Duration
+		latency func(n int64) time.Duration
+		want    time.Duration
+	}{
+		{"all 10ms, 0.999: 10ms's bucket is up to 10.24ms, the next to 12.8ms", 0.999, time.Second,
+			func(int64) time.Duration { return 10 * time.Millisecond }, 12800 * time.Microsecond},
+		{"9 in 10 at 10ms, 1 at 40ms, 0.5", 0.5, time.Second,
+			tenthAt40ms,
+			12800 * time.Microsecond},
+		{"9 in 10 at 10ms, 1 at 40ms, 0.95", 0.95, time.Second,
+			tenthAt40ms,
+			51200 * time.Microsecond},
+		{"bounded above by AttemptTimeout", 0.999, 110 * time.Millisecond,
+			func(int64) time.Duration { return 100 * time.Millisecond }, 110 * time.Millisecond},
+		{"bounded below by a millisecond", 0.999, time.Second,
+			func(int64) time.Duration { return 100 * time.Microsecond }, time.Millisecond},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := &latencyBase{latency: tc.latency}
+				tr := &Transport{Base: base, Policy: Policy{AttemptTimeout: tc.ceiling, AttemptTimeoutQuantile: tc.q}}
+				for i := range 1000 {
+					if _, cut := attempt(t, tr); cut {
+						t.Fatalf("attempt %d was cut while AttemptTimeout serves", i+1)
+					}
+				}
+				base.latency = func(int64) time.Duration { return time.Hour } // hangs
+				if got, cut := attempt(t, tr); got != tc.want || !cut {
+					t.Errorf("got a hung attempt cut %v after %v; want cut after %v", cut, got, tc.want)
+				}
+			})
+		})
+	}
+	t.Run("AttemptTimeout serves until a full window is measured", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			var hang atomic.Bool
+			base := &latencyBase{latency: func(int64) time.Duration {
+				if hang.Load() {
+					return time.Hour
+				}
+				return 10 * time.Millisecond
+			}}
+			tr := &Transport{Base: base, Policy: Policy{AttemptTimeout: time.Second, AttemptTimeoutQuantile: 0.999}}
+			for i := range 999 {
+				attempt(t, tr)
+				if i == 19 || i == 499 || i == 998 {
+					hang.Store(true)
+					if got, _ := attempt(t, tr); got != time.Second {
+						t.Errorf("after %d attempts: a hung attempt cut after %v; want 1s", i+1, got)
+					}
+					hang.Store(false)
+				}
+			}
+		})
+	})
+	t.Run("without AttemptTimeout, no timeout", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			base := &latencyBase{latency: func(int64) time.Duration { return 10 * time.Millisecond }}
+			tr := &Transport{Base: base, Policy: Policy{AttemptTimeoutQuantile: 0.999}}
+			for range 1000 {
+				attempt(t, tr)
+			}
+			base.latency = func(int64) time.Duration { return time.Minute }
+			if got, cut := attempt(t, tr); got != time.Minute || cut {
+				t.Errorf("got an attempt of a minute cut %v after %v; want it answered after 1m0s", cut, got)
+			}
+		})
+	})
+}
+
+// tenthAt40ms is a latency of 10ms, but 40ms for every tenth attempt.
+func tenthAt40ms(n int64) time.Duration {
+	if n%10 == 0 {
+		return 40 * time.Millisecond
+	}
+	return 10 * time.Millisecond
+}
+
+func TestAttemptTimeoutQuantilePerHost(t *testing.T) {
+	// Each destination's attempts set its own timeout.
+	synctest.Test(t, func(t *testing.T) {
+		var hang atomic.Bool
+		base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			d := 10 * time.Millisecond
+			if r.URL.Host == "slow.test" {
+				d = 100 * time.Millisecond
+			}
+			if hang.Load() {
+				d = time.Hour
+			}
+			return (&latencyBase{latency: func(int64) time.Duration { return d }}).RoundTrip(r)
+		})
+		var a Attempt
+		tr := &Transport{Base: base, PerHost: &PerHost{}, OnAttempt: func(got Attempt) { a = got },
+			Policy: Policy{MaxAttempts: 1, AttemptTimeout: time.Second, AttemptTimeoutQuantile: 0.999}}
+		send := func(host string) {
+			req, _ := http.NewRequest("GET", "http://"+host+"/", nil)
+			if resp, err := tr.RoundTrip(req); err == nil {
+				resp.Body.Close()
+			}
+		}
+		for range 1000 {
+			send("fast.test")
+			send("slow.test")
+		}
+		hang.Store(true)
+		for _, tc := range []struct {
+			host string
+			want time.Duration
+		}{{"fast.test", 12800 * time.Microsecond}, {"slow.test", 122880 * time.Microsecond}} {
+			send(tc.host)
+			if a.Duration != tc.want {
+				t.Errorf("%s: a hung attempt cut after %v; want %v", tc.host, a.Duration, tc.want)
+			}
+		}
+	})
+}
+
+func TestAttemptTimeoutQuantileRisesWhenCut(t *testing.T) {
+	// 1000 attempts of 10ms set the timeout at 12.8ms; then every attempt
+	// takes 30ms. The attempts the timeout cuts have unknown latencies: 4
+	// cuts, more than 4 times the 0.1% the quantile allows, double it. The
+	// window starts afresh, and a full one under the new timeout lowers it
+	// to the new latency's estimate.
+	tests := []struct {
+		name    string
+		ceiling time.Duration
+		want    []time.Duration // each attempt's duration after the shift; cut below 30ms
+		after   time.Duration   // the timeout once 1000 attempts of 30ms are measured
+	}{
+		{"doubles twice", time.Second, []time.Duration{12800 * time.Microsecond, 12800 * time.Microsecond, 12800 * time.Microsecond, 12800 * time.Microsecond,
+			25600 * time.Microsecond, 25600 * time.Microsecond, 25600 * time.Microsecond, 25600 * time.Microsecond,
+			30 * time.Millisecond, 30 * time.Millisecond}, 35840 * time.Microsecond},
+		{"bounded by AttemptTimeout", 32 * time.Millisecond, []time.Duration{12800 * time.Microsecond, 12800 * time.Microsecond, 12800 * time.Microsecond, 12800 * time.Microsecond,
+			25600 * time.Microsecond, 25600 * time.Microsecond, 25600 * time.Microsecond, 25600 * time.Microsecond,
+			30 * time.Millisecond, 30 * time.Millisecond}, 32 * time.Millisecond},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := &latencyBase{latency: func(int64) time.Duration { return 10 * time.Millisecond }}
+				tr := &Transport{Base: base, Policy: Policy{AttemptTimeout: tc.ceiling, AttemptTimeoutQuantile: 0.999}}
+				for range 1000 {
+					attempt(t, tr)
+				}
+				base.latency = func(int64) time.Duration { return 30 * time.Millisecond }
+				for i, want := range tc.want {
+					got, cut := attempt(t, tr)
+					if got != want || cut != (want < 30*time.Millisecond) {
+						t.Errorf("attempt %d after the shift: got %v, cut %v; want %v", i+1, got, cut, want)
+					}
+				}
+				for range 1000 {
+					attempt(t, tr)
+				}
+				base.latency = func(int64) time.Duration { return time.Hour }
+				if got, _ := attempt(t, tr); got != tc.after {
+					t.Errorf("after a full window at 30ms: a hung attempt cut after %v; want %v", got, tc.after)
+				}
+			})
+		})
 	}
 }

@@ -120,6 +120,13 @@ func requestAttempt(r *http.Request) int {
 // package's own (docs/design.md gives the choice).
 const timeLeftHeader = "Request-Timeout-Ms"
 
+// replyMargin is the time Handler keeps for the answer's way back: the
+// request is served under the deadline its caller sent, less replyMargin,
+// so that an answer made at the last moment still reaches the caller in
+// time (the Google SRE book, "Handling Overload": reduce the outgoing
+// deadline a little for transit and post-processing).
+const replyMargin = 5 * time.Millisecond
+
 // maxInboundTimeout is the longest deadline Handler takes from a request
 // that has none yet: a larger value in timeLeftHeader is clamped to it.
 const maxInboundTimeout = 5 * time.Minute
@@ -133,10 +140,10 @@ func withTimeLeft(out *http.Request, left time.Duration) *http.Request {
 }
 
 // inboundDeadline returns the deadline that the values vs of timeLeftHeader
-// give a request that arrives now with context ctx, and false when it gives
-// none: a value that is not one run of ASCII digits, several values, or a
-// deadline no sooner than the one ctx already has. A value longer than
-// maxInboundTimeout is clamped to it.
+// give a request that arrives now with context ctx, less replyMargin, and
+// false when it gives none: a value that is not one run of ASCII digits,
+// several values, or a deadline no sooner than the one ctx already has. A
+// value longer than maxInboundTimeout is clamped to it.
 func inboundDeadline(ctx context.Context, vs []string, now time.Time) (time.Time, bool) {
 	if len(vs) != 1 || vs[0] == "" {
 		return time.Time{}, false
@@ -150,7 +157,7 @@ func inboundDeadline(ctx context.Context, vs []string, now time.Time) (time.Time
 		}
 		ms = min(ms*10+int64(d-'0'), maxMs) // saturates: no overflow
 	}
-	timeout := time.Duration(ms) * time.Millisecond
+	timeout := time.Duration(ms)*time.Millisecond - replyMargin
 	old, ok := ctx.Deadline()
 	if !ok {
 		return now.Add(min(timeout, maxInboundTimeout)), true
@@ -183,7 +190,8 @@ func inboundDeadline(ctx context.Context, vs []string, now time.Time) (time.Time
 // A request with a Request-Timeout-Ms header, as a Transport with
 // Policy.PropagateDeadline sends, is served under that deadline: the
 // service's own Transport and database calls see it, and stop when its
-// caller would stop waiting. The header is a count of milliseconds. Any
+// caller would stop waiting, less replyMargin for the answer's way back.
+// The header is a count of milliseconds. Any
 // other value, or several, is ignored, never an error to the client. A
 // deadline the request already has (http.TimeoutHandler's, or its
 // server's BaseContext's) is never extended. Without one, the ceiling is
