@@ -477,7 +477,7 @@ func attempt(t *testing.T, tr *Transport) (time.Duration, bool) {
 
 func TestAttemptTimeoutQuantile(t *testing.T) {
 	// A window of 1000 attempts forms the estimate: the bucket of the
-	// quantile, read one bucket (a quarter of a doubling) high.
+	// quantile, read two buckets (each a quarter of a doubling) high.
 	tests := []struct {
 		name    string
 		q       float64
@@ -485,14 +485,14 @@ func TestAttemptTimeoutQuantile(t *testing.T) {
 		latency func(n int64) time.Duration
 		want    time.Duration
 	}{
-		{"all 10ms, 0.999: 10ms's bucket is up to 10.24ms, the next to 12.8ms", 0.999, time.Second,
-			func(int64) time.Duration { return 10 * time.Millisecond }, 12800 * time.Microsecond},
+		{"all 10ms, 0.999: 10ms's bucket is up to 10.24ms, two more to 15.36ms", 0.999, time.Second,
+			func(int64) time.Duration { return 10 * time.Millisecond }, 15360 * time.Microsecond},
 		{"9 in 10 at 10ms, 1 at 40ms, 0.5", 0.5, time.Second,
 			tenthAt40ms,
-			12800 * time.Microsecond},
+			15360 * time.Microsecond},
 		{"9 in 10 at 10ms, 1 at 40ms, 0.95", 0.95, time.Second,
 			tenthAt40ms,
-			51200 * time.Microsecond},
+			61440 * time.Microsecond},
 		{"bounded above by AttemptTimeout", 0.999, 110 * time.Millisecond,
 			func(int64) time.Duration { return 100 * time.Millisecond }, 110 * time.Millisecond},
 		{"bounded below by a millisecond", 0.999, time.Second,
@@ -591,7 +591,7 @@ func TestAttemptTimeoutQuantilePerHost(t *testing.T) {
 		for _, tc := range []struct {
 			host string
 			want time.Duration
-		}{{"fast.test", 12800 * time.Microsecond}, {"slow.test", 122880 * time.Microsecond}} {
+		}{{"fast.test", 15360 * time.Microsecond}, {"slow.test", 143360 * time.Microsecond}} {
 			send(tc.host)
 			if a.Duration != tc.want {
 				t.Errorf("%s: a hung attempt cut after %v; want %v", tc.host, a.Duration, tc.want)
@@ -601,23 +601,22 @@ func TestAttemptTimeoutQuantilePerHost(t *testing.T) {
 }
 
 func TestAttemptTimeoutQuantileRisesWhenCut(t *testing.T) {
-	// 1000 attempts of 10ms set the timeout at 12.8ms; then every attempt
-	// takes 30ms. The attempts the timeout cuts have unknown latencies: 4
+	// 1000 attempts of 10ms set the timeout at 15.36ms; then some attempts
+	// take 30ms. The attempts the timeout cuts have unknown latencies: 4
 	// cuts, more than 4 times the 0.1% the quantile allows, double it. The
-	// window starts afresh, and a full one under the new timeout lowers it
-	// to the new latency's estimate.
+	// window starts afresh, and a full one under the new timeout gives the
+	// new latency's estimate.
 	tests := []struct {
 		name    string
 		ceiling time.Duration
-		want    []time.Duration // each attempt's duration after the shift; cut below 30ms
-		after   time.Duration   // the timeout once 1000 attempts of 30ms are measured
+		slow    int64         // every slow-th attempt takes 30ms, the others 10ms
+		cutAt   time.Duration // the timeout that cuts the first 4 slow ones
+		raised  time.Duration // the timeout after them
+		after   time.Duration // once 1000 attempts are measured under it
 	}{
-		{"doubles twice", time.Second, []time.Duration{12800 * time.Microsecond, 12800 * time.Microsecond, 12800 * time.Microsecond, 12800 * time.Microsecond,
-			25600 * time.Microsecond, 25600 * time.Microsecond, 25600 * time.Microsecond, 25600 * time.Microsecond,
-			30 * time.Millisecond, 30 * time.Millisecond}, 35840 * time.Microsecond},
-		{"bounded by AttemptTimeout", 32 * time.Millisecond, []time.Duration{12800 * time.Microsecond, 12800 * time.Microsecond, 12800 * time.Microsecond, 12800 * time.Microsecond,
-			25600 * time.Microsecond, 25600 * time.Microsecond, 25600 * time.Microsecond, 25600 * time.Microsecond,
-			30 * time.Millisecond, 30 * time.Millisecond}, 32 * time.Millisecond},
+		{"all slow", time.Second, 1, 15360 * time.Microsecond, 30720 * time.Microsecond, 40960 * time.Microsecond},
+		{"all slow, bounded by AttemptTimeout", 30500 * time.Microsecond, 1, 15360 * time.Microsecond, 30500 * time.Microsecond, 30500 * time.Microsecond},
+		{"one in 20 slow", time.Second, 20, 15360 * time.Microsecond, 30720 * time.Microsecond, 40960 * time.Microsecond},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -627,15 +626,32 @@ func TestAttemptTimeoutQuantileRisesWhenCut(t *testing.T) {
 				for range 1000 {
 					attempt(t, tr)
 				}
-				base.latency = func(int64) time.Duration { return 30 * time.Millisecond }
-				for i, want := range tc.want {
+				var n atomic.Int64
+				base.latency = func(int64) time.Duration {
+					if n.Add(1)%tc.slow == 0 {
+						return 30 * time.Millisecond
+					}
+					return 10 * time.Millisecond
+				}
+				for cuts := 0; cuts < 4; {
 					got, cut := attempt(t, tr)
-					if got != want || cut != (want < 30*time.Millisecond) {
-						t.Errorf("attempt %d after the shift: got %v, cut %v; want %v", i+1, got, cut, want)
+					if cut {
+						cuts++
+						if got != tc.cutAt {
+							t.Errorf("cut %d: after %v; want %v", cuts, got, tc.cutAt)
+						}
 					}
 				}
+				slowOnly := func(int64) time.Duration { return 30 * time.Millisecond }
+				base.latency = func(int64) time.Duration { return time.Hour }
+				if got, _ := attempt(t, tr); got != tc.raised {
+					t.Errorf("after 4 cuts: a hung attempt cut after %v; want %v", got, tc.raised)
+				}
+				base.latency = slowOnly
 				for range 1000 {
-					attempt(t, tr)
+					if _, cut := attempt(t, tr); cut {
+						t.Fatalf("an attempt of 30ms cut under the raised timeout")
+					}
 				}
 				base.latency = func(int64) time.Duration { return time.Hour }
 				if got, _ := attempt(t, tr); got != tc.after {

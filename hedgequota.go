@@ -279,7 +279,9 @@ func (l *latency) estimateFrom(qs quantiles) {
 		cuts := uint64(l.cuts[0].Load()) + uint64(l.cuts[1].Load())
 		next := time.Duration(l.timeout.Load())
 		if b, ok := rank(&sum, qs.timeout, total+cuts); ok {
-			next = top(b + 1)
+			// Two buckets high: a window knows a high quantile from its
+			// few slowest attempts, and noise should err long.
+			next = top(b + 2)
 		} else if next > 0 {
 			next = top(bucket(next))
 		}

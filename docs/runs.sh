@@ -45,6 +45,11 @@ run herd-real-busy.json busy go run ./examples/herd -json
 # One client, many hosts (docs/guide-many-hosts.md), over loopback.
 run webhooks.json go run ./examples/webhooks -json
 
+# Deadlines across services and measured attempt timeouts
+# (docs/guide-http-client.md, docs/design.md §16), over loopback; about a
+# minute. Its charts: cd docs/plot && go run . -only deadlines -deadlines ../deadlines.json
+run deadlines.json go run ./examples/deadlines -json
+
 # Hedging (docs/guide-hedging.md), over loopback.
 run hedging.json sh -c 'cd bench && go run ./cmd/hedge -json'
 # ...and on workloads the hedging matrix does not use (docs/hedging-heldout.md;
