@@ -29,11 +29,12 @@ type call struct {
 	ov     *Override    // the request's, if any
 	dest   *host        // its destination's budget and limiter, with PerHost
 	lim    *RateLimiter // its send permits come from, if any
-	hs     *hedging     // its hedge share and latencies, when hedged
+	hs     *hedging     // its hedge share and latencies, when hedged or measured
 	max    int          // attempts allowed
 
 	safe      bool      // may be sent twice: idempotent, or keyed
 	hedged    bool      // its attempts are hedged
+	measured  bool      // its attempts' latencies are measured (Policy.measures)
 	strayOK   bool      // a context.Canceled may be a stray one: the last attempt's was not
 	observing bool      // a hook, a Logger or a Report reads the attempts
 	began     time.Time // when RoundTrip was called, for OnEnd and the Report
@@ -61,8 +62,9 @@ type outcome struct {
 	number     int           // the attempt's (its first copy's, when hedged)
 	resp       *http.Response
 	err        error
-	release    func()      // ends the attempt's own context
-	timer      *time.Timer // Policy.AttemptTimeout's, while it runs
+	release    func()        // ends the attempt's own context
+	timer      *time.Timer   // Policy.AttemptTimeout's, while it runs
+	cut        time.Duration // the attempt timeout that cut it, or 0
 	permitWait time.Duration
 	start      time.Time // when observing
 	hedges     hedgeStats
@@ -75,6 +77,7 @@ type verdict struct {
 	delay    time.Duration
 	decision Decision
 	server   bool // the response asked for delay
+	late     bool // StopDeadline: the attempt after the wait would not end in time
 }
 
 // refund gives the planned retry back to the budget that paid for it, once.
@@ -99,7 +102,27 @@ func (c *call) start(t *Transport, req *http.Request) error {
 		return c.fail(StopCanceled, err, true)
 	}
 	c.setup()
+	if t.Policy.PropagateDeadline && c.tooLate(0) {
+		return c.fail(StopDeadline, errTooLate, false)
+	}
 	return nil
+}
+
+// errTooLate is the cause of a request refused before its first attempt:
+// its deadline leaves less time than the dependency's attempts need.
+var errTooLate = fmt.Errorf("retryhttp: too little time left for an attempt: %w", context.DeadlineExceeded)
+
+// tooLate reports whether an attempt begun after a wait of delay could not
+// end before the request's deadline, by the dependency's measured latency
+// (failFastQuantile). Before the first estimate, any attempt may end in
+// time.
+func (c *call) tooLate(delay time.Duration) bool {
+	deadline, ok := c.ctx.Deadline()
+	if !ok {
+		return false
+	}
+	need := c.hs.lat.least()
+	return need > 0 && !time.Now().Add(delay+need).Before(deadline)
 }
 
 // resume sets the call up for a request whose first attempt RoundTrip's
@@ -148,13 +171,16 @@ func (c *call) setup() {
 			}
 		}
 	}
-	if c.max > 1 && p.hedgeable(req) {
-		c.hedged = true
+	c.hedged = c.max > 1 && p.hedgeable(req)
+	c.measured = (c.hedged && p.hedgeQuantile() > 0) || p.attemptTimeoutQuantile() > 0 || p.PropagateDeadline
+	if c.hedged || c.measured {
 		if c.dest != nil {
 			c.hs = c.dest.hedges.get()
 		} else {
 			c.hs = t.hedges.get()
 		}
+	}
+	if c.hedged {
 		c.hs.quota.deposit(p.hedgeRatio()) // each request that may be hedged adds its share
 	}
 }
@@ -167,12 +193,26 @@ func (c *call) budget() Budget {
 	return c.t.inUse
 }
 
-// attemptTimeout bounds each attempt, or is zero.
+// attemptTimeout bounds each attempt, or is zero: the Override's, the
+// measured one (Policy.AttemptTimeoutQuantile) once it is formed, or
+// Policy.AttemptTimeout.
 func (c *call) attemptTimeout() time.Duration {
 	if c.ov != nil && c.ov.AttemptTimeout > 0 {
 		return c.ov.AttemptTimeout
 	}
-	return c.t.Policy.AttemptTimeout
+	p := &c.t.Policy
+	if p.attemptTimeoutQuantile() > 0 {
+		if d := c.hs.lat.attemptTimeout(); d > 0 {
+			return min(d, p.AttemptTimeout)
+		}
+	}
+	return p.AttemptTimeout
+}
+
+// timeoutMeasured reports whether the attempt timeout is the measured one,
+// whose cuts the latencies count as censored.
+func (c *call) timeoutMeasured() bool {
+	return c.t.Policy.attemptTimeoutQuantile() > 0 && (c.ov == nil || c.ov.AttemptTimeout <= 0)
 }
 
 // replayable reports whether the request's body, if any, can be had again.
@@ -192,7 +232,7 @@ func (c *call) acquire() error {
 // send makes one attempt, hedged or not as the Policy says, each copy
 // under AttemptTimeout if it is set, and classifies it.
 func (c *call) send() {
-	o, p := &c.o, &c.t.Policy // o's response and release were handed on or discarded
+	o := &c.o // o's response and release were handed on or discarded
 	// o still holds the last attempt's outcome, zero before the first.
 	o.retrying = o.class
 	c.strayOK = !errors.Is(o.err, context.Canceled)
@@ -200,15 +240,13 @@ func (c *call) send() {
 	if c.observing {
 		o.start = time.Now()
 	}
-	if p.SendAttemptHeader {
-		o.sent = withAttemptHeader(c.out, o.number)
-	}
+	o.sent = c.stamp(c.out, o.number)
 	c.unsent = false // the base closes the body from here on
 	c.sent = c.paid != nil
 	if c.hedged {
 		c.sendHedgeable()
 	} else {
-		c.sendOne()
+		c.sendMeasured()
 	}
 	c.n = o.number + int(o.hedges.sent) // hedges are attempts too
 	if o.number == 1 {
@@ -234,12 +272,46 @@ func (c *call) sendHedgeable() {
 		c.sendHedged(delay)
 		return
 	}
-	q := c.t.Policy.hedgeQuantile()
+	c.sendMeasured()
+}
+
+// stamp returns the request attempt n sends: out, or a copy of it with the
+// attempt's number and the time it has left, as the Policy asks.
+func (c *call) stamp(out *http.Request, n int) *http.Request {
+	p := &c.t.Policy
+	if p.SendAttemptHeader {
+		out = withAttemptHeader(out, n)
+	}
+	if p.PropagateDeadline {
+		if deadline, ok := c.ctx.Deadline(); ok {
+			out = withTimeLeft(out, time.Until(deadline))
+		}
+	}
+	return out
+}
+
+// sendMeasured makes an attempt that is not hedged, and measures its
+// latency when the Policy keeps estimates. One cut by the measured
+// timeout is counted as censored; one the caller's context ended is not
+// counted.
+func (c *call) sendMeasured() {
+	if !c.measured {
+		c.sendOne()
+		return
+	}
+	c.o.cut = 0
 	start := time.Now()
 	c.sendOne()
-	if q > 0 && c.ctx.Err() == nil {
-		c.hs.lat.record(time.Since(start), q)
+	if c.ctx.Err() != nil {
+		return
 	}
+	qs := c.t.Policy.quantiles()
+	if c.o.cut > 0 && c.timeoutMeasured() {
+		c.hs.lat.cut(c.o.cut, qs)
+		return
+	}
+	c.hs.lat.measure(time.Since(start), qs) // a fixed timeout's cut, as that long
+
 }
 
 // sendOne makes an attempt that is not hedged.
@@ -288,6 +360,7 @@ func (c *call) sendTimed() {
 	actx, release := context.WithCancel(o.sent.Context())
 	o.release = release
 	timeout := c.attemptTimeout()
+	o.cut = 0
 	o.timer = time.AfterFunc(timeout, release)
 	o.resp, o.err = roundTripOnce(c.t.base(), o.sent.WithContext(actx))
 	o.class = c.classify(o.resp, o.err)
@@ -299,6 +372,7 @@ func (c *call) sendTimed() {
 		o.resp, o.release = nil, nil
 		o.err = fmt.Errorf("%w after %v", ErrAttemptTimeout, timeout)
 		o.class = p.classify(nil, o.err)
+		o.cut = timeout
 	case o.err != nil:
 		release()
 		o.release = nil
@@ -403,6 +477,10 @@ func (c *call) weigh() verdict {
 		v.decision = StopDeadline
 		return v
 	}
+	if p.PropagateDeadline && c.tooLate(v.delay) {
+		v.decision, v.late = StopDeadline, true
+		return v
+	}
 	paid, ok := c.budget().Withdraw(c.ctx, o.class)
 	switch {
 	case c.ctx.Err() != nil: // the context ended while the budget decided
@@ -464,7 +542,11 @@ func (c *call) finish() (*http.Response, error) {
 	}
 	resp := c.o.resp
 	if resp == nil {
-		return nil, c.fail(d, c.o.err, false)
+		cause := c.o.err
+		if c.v.late {
+			cause = fmt.Errorf("%w; last attempt: %w", errTooLate, cause)
+		}
+		return nil, c.fail(d, cause, false)
 	}
 	if c.t.OnEnd != nil || c.report != nil { // before the response is handed on: a panicking hook leaves it to cleanup
 		c.end(Report{Attempts: c.n, Decision: d, Duration: time.Since(c.began)})

@@ -109,7 +109,8 @@ type race struct {
 	// copy took at least that long. Counting the hedges that win, and not
 	// the copies they beat, would pull the delay below the quantile.
 	lat      *latency // nil when not measured
-	q        float64
+	qs       quantiles
+	censor   bool // a first copy cut by its timeout is counted as censored
 	start    time.Time
 	ctx      context.Context // the request's: a copy the caller canceled is not measured
 	answered bool            // the first copy's answer came in the race; under mu
@@ -192,7 +193,12 @@ func (r *race) answer(a *copyAnswer, hc hedgeCopy) {
 	r.mu.Lock()
 	if !r.over {
 		if a.i == 0 && r.lat != nil && !a.panicked && r.ctx.Err() == nil {
-			r.lat.record(time.Since(r.start), r.q)
+			// A first copy that failed once its timeout passed was cut by it.
+			if d := time.Since(r.start); r.censor && a.err != nil && d >= r.timeout {
+				r.lat.cut(r.timeout, r.qs) // cut by its measured timeout
+			} else {
+				r.lat.measure(d, r.qs)
+			}
 			r.answered = true
 		}
 		r.answers <- *a
@@ -233,7 +239,7 @@ func (r *race) end(winner int) {
 	beaten := r.lat != nil && !r.answered && winner > 0 && r.ctx.Err() == nil
 	r.mu.Unlock()
 	if beaten {
-		r.lat.record(time.Since(r.start), r.q)
+		r.lat.measure(time.Since(r.start), r.qs)
 	}
 	for i := range r.copies {
 		if t := r.copies[i].timer; t != nil {
@@ -317,8 +323,9 @@ func (c *call) sendHedged(delay time.Duration) {
 	r.copies = r.buf[:0]
 	c.race = r
 	base := c.t.base()
-	if r.q = p.hedgeQuantile(); r.q > 0 {
-		r.lat, r.start, r.ctx = &c.hs.lat, time.Now(), o.sent.Context()
+	if c.measured {
+		r.lat, r.qs, r.censor = &c.hs.lat, p.quantiles(), c.timeoutMeasured()
+		r.start, r.ctx = time.Now(), o.sent.Context()
 	}
 	r.launch(base, o.sent, hedgeCopy{permit: c.take(), report: c.copyReport()})
 	// The timer runs while a hedge may still come: once no copy or hedge
@@ -440,9 +447,7 @@ func (c *call) hedge(r *race, n int, again bool) (*http.Request, bool) {
 		hc.giveBack()
 		return nil, false
 	}
-	if c.t.Policy.SendAttemptHeader {
-		req = withAttemptHeader(req, n)
-	}
+	req = c.stamp(req, n)
 	hc.report = c.copyReport()
 	return req, true
 }

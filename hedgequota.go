@@ -88,19 +88,36 @@ func (q *hedgeQuota) refund() {
 	}
 }
 
-// latency keeps a running quantile of attempt latencies, for an automatic
-// hedge delay. It counts them in buckets, latencySubBuckets to a doubling.
-// It keeps two generations of latencyWindow samples. The newer one is
-// filled while both are read. The estimate is made again at each turn of
-// generations. So it follows the last latencyWindow to twice as many
-// attempts. It is lock-free: a sample counted as a generation turns may
-// land in the wrong one. The zero latency is ready to use.
+// latency keeps running quantiles of attempt latencies. They serve an
+// automatic hedge delay, Policy.AttemptTimeoutQuantile's attempt timeout,
+// and the least time an attempt needs (Policy.PropagateDeadline). It counts
+// latencies in buckets, latencySubBuckets to a doubling. It keeps two
+// generations of latencyWindow samples. The newer one is filled while both
+// are read. The estimates are made again at each turn of generations. So
+// they follow the last latencyWindow to twice as many attempts. It is
+// lock-free: a sample counted as a generation turns may land in the wrong
+// one. The zero latency is ready to use.
+//
+// An attempt cut by the measured timeout is censored. Its latency is
+// unknown, and at least that timeout. It is counted apart (cuts), and ranks
+// above every latency measured. See cut for the rule that raises the
+// timeout when too many are cut.
 type latency struct {
 	counts [2][latencyBuckets]atomic.Uint32
-	gen    atomic.Uint32 // the generation being filled
-	n      atomic.Int64  // samples in it
-	est    atomic.Int64  // the quantile at the last estimate, in ns; 0 before
-	turned atomic.Bool   // a generation has turned
+	cuts   [2]atomic.Uint32 // each generation's censored attempts
+	gen    atomic.Uint32    // the generation being filled
+	n      atomic.Int64     // samples in it, cut ones included
+	est    atomic.Int64     // the hedge quantile at the last estimate, in ns; 0 before
+	low    atomic.Int64     // failFastQuantile at the last estimate, in ns; 0 before
+	turned atomic.Bool      // a generation has turned
+
+	// The measured attempt timeout, in ns; 0 until it forms, from a full
+	// window (fresh >= 1). since and cutSince count the attempts and the
+	// cuts since the last estimate or raise, for cut's rule.
+	timeout  atomic.Int64
+	fresh    atomic.Int32 // turns since the window was last emptied
+	since    atomic.Int64
+	cutSince atomic.Int64
 }
 
 const (
@@ -109,6 +126,33 @@ const (
 	latencyMin        = 10 * time.Microsecond    // the first bucket's top
 	latencyBuckets    = 24*latencySubBuckets + 1 // bucket 0, then 24 doublings above latencyMin
 )
+
+// failFastQuantile is the latency the Transport takes an attempt to need at
+// least, with Policy.PropagateDeadline: nine attempts in ten take longer. An
+// attempt refused because less time is left would have ended in time at
+// most one time in ten.
+const failFastQuantile = 0.1
+
+// minAttemptTimeout is the shortest measured attempt timeout. Below a
+// millisecond, timer and scheduler delays alone would cut healthy attempts.
+const minAttemptTimeout = time.Millisecond
+
+// censorAlarm is the rule that raises a measured attempt timeout: once
+// censorAlarm attempts, and more than censorAlarm times the share 1-q of the
+// attempts, were cut since the last estimate, the timeout doubles.
+const censorAlarm = 4
+
+// quantiles says which estimates a latency keeps, from a Policy: the hedge
+// quantile and the timeout quantile (0 for none), and the timeout's ceiling.
+type quantiles struct {
+	hedge, timeout float64
+	ceiling        time.Duration
+}
+
+// quantiles is what the Policy's latency estimates are.
+func (p *Policy) quantiles() quantiles {
+	return quantiles{hedge: p.hedgeQuantile(), timeout: p.attemptTimeoutQuantile(), ceiling: p.AttemptTimeout}
+}
 
 // bucket returns the bucket of latency d: bucket 0 holds what is under
 // latencyMin, bucket b > 0 the latencies from top(b-1) up to top(b), and
@@ -132,47 +176,149 @@ func top(b int) time.Duration {
 	return time.Duration(math.Ldexp(1+float64(frac+1)/latencySubBuckets, e) * float64(latencyMin))
 }
 
-// record counts one attempt's latency. The goroutine that counts the last
-// of latencyWindow samples makes the estimate of quantile q anew. It then
-// turns the generations. Before the first turn, a first estimate is made
-// at a few smaller counts. A high quantile of few samples is near their
-// largest: it makes a late hedge, never an early one.
-func (l *latency) record(d time.Duration, q float64) {
+// record counts one attempt's latency, for hedge quantile q alone.
+func (l *latency) record(d time.Duration, q float64) { l.measure(d, quantiles{hedge: q}) }
+
+// measure counts one attempt's latency. The goroutine that counts the last
+// of latencyWindow samples makes the estimates anew. It then turns the
+// generations. Before the first turn, first estimates of the hedge delay
+// and of failFastQuantile are made at a few smaller counts. A high quantile
+// of few samples is near their largest: it makes a late hedge, never an
+// early one. The timeout is estimated only from a full window.
+func (l *latency) measure(d time.Duration, qs quantiles) {
 	g := l.gen.Load() & 1
 	l.counts[g][bucket(d)].Add(1)
+	if qs.timeout > 0 {
+		l.since.Add(1)
+	}
+	l.count(qs)
+}
+
+// count counts a sample just added to the generation being filled.
+func (l *latency) count(qs quantiles) {
 	switch n := l.n.Add(1); {
 	case n == latencyWindow:
-		l.estimateFrom(q)
+		l.estimateFrom(qs)
+		g := l.gen.Load() & 1
 		old := g ^ 1 // emptied, then filled from now on
 		for b := range l.counts[old] {
 			l.counts[old][b].Store(0)
 		}
+		l.cuts[old].Store(0)
 		l.gen.Store(old)
 		l.n.Store(0)
 		l.turned.Store(true)
+		l.fresh.Add(1)
 	case !l.turned.Load() && (n == 20 || n == 50 || n == 100 || n == 200):
-		l.estimateFrom(q)
+		l.estimateFrom(qs)
 	}
 }
 
-// estimateFrom makes the estimate of quantile q from both generations.
-func (l *latency) estimateFrom(q float64) {
+// cut counts an attempt that the measured timeout at cut short: censored,
+// its latency unknown and at least at. A cut under a timeout shorter than
+// the current one tells nothing more and is not counted.
+//
+// Once censorAlarm attempts, and more than censorAlarm times the share 1-q
+// of the attempts, were cut since the last estimate, the quantile is above
+// the timeout, by more than chance: the timeout doubles (to the ceiling at
+// most) and the window is emptied, so that latencies measured under the
+// old timeout, all shorter than it, do not lower it again. The window
+// fills anew under the new timeout, which only rises meanwhile.
+func (l *latency) cut(at time.Duration, qs quantiles) {
+	cur := time.Duration(l.timeout.Load())
+	if at < cur {
+		return // an older, shorter timeout's
+	}
+	g := l.gen.Load() & 1
+	l.cuts[g].Add(1)
+	n, c := l.since.Add(1), l.cutSince.Add(1)
+	if cur > 0 && cur < qs.ceiling && c >= censorAlarm && float64(c) > censorAlarm*(1-qs.timeout)*float64(n) {
+		if l.timeout.CompareAndSwap(int64(cur), int64(min(2*cur, qs.ceiling))) {
+			l.empty()
+			return
+		}
+	}
+	l.count(qs)
+}
+
+// empty starts the window afresh, after a raise of the timeout.
+func (l *latency) empty() {
+	for g := range l.counts {
+		for b := range l.counts[g] {
+			l.counts[g][b].Store(0)
+		}
+		l.cuts[g].Store(0)
+	}
+	l.n.Store(0)
+	l.fresh.Store(0)
+	l.since.Store(0)
+	l.cutSince.Store(0)
+}
+
+// estimateFrom makes the estimates from both generations: the hedge
+// quantile, failFastQuantile and, from a full window, the timeout.
+func (l *latency) estimateFrom(qs quantiles) {
 	var total uint64
 	var sum [latencyBuckets]uint64
 	for b := range sum {
 		sum[b] = uint64(l.counts[0][b].Load()) + uint64(l.counts[1][b].Load())
 		total += sum[b]
 	}
+	if qs.hedge > 0 {
+		if b, ok := rank(&sum, qs.hedge, total); ok {
+			l.est.Store(int64(top(b)))
+		}
+	}
+	if b, ok := rank(&sum, failFastQuantile, total); ok {
+		l.low.Store(int64(top(b)))
+	}
+	if qs.timeout > 0 && qs.ceiling > 0 && l.fresh.Load() >= 1 {
+		// The cut attempts rank above every latency measured: when more
+		// than 1-q of the window was cut, the quantile is not known, and
+		// the timeout stays as it is (cut raises it).
+		cuts := uint64(l.cuts[0].Load()) + uint64(l.cuts[1].Load())
+		next := time.Duration(l.timeout.Load())
+		if b, ok := rank(&sum, qs.timeout, total+cuts); ok {
+			// Two buckets high: a window knows a high quantile from its
+			// few slowest attempts, and noise should err long.
+			next = top(b + 2)
+		} else if next > 0 {
+			next = top(bucket(next))
+		}
+		if next > 0 {
+			l.timeout.Store(int64(min(max(next, minAttemptTimeout), qs.ceiling)))
+		}
+	}
+	if qs.timeout > 0 {
+		l.since.Store(0)
+		l.cutSince.Store(0)
+	}
+}
+
+// rank returns the bucket of quantile q among total samples, of which sum
+// holds those measured, and reports false when the quantile lies beyond
+// them (among the cut ones) or there are none.
+func rank(sum *[latencyBuckets]uint64, q float64, total uint64) (int, bool) {
+	if total == 0 {
+		return 0, false
+	}
 	want := uint64(math.Ceil(q * float64(total)))
 	var seen uint64
 	for b, c := range sum {
 		if seen += c; seen >= want {
-			l.est.Store(int64(top(b)))
-			return
+			return b, true
 		}
 	}
+	return 0, false
 }
 
-// estimate returns the last estimate of the quantile, or 0 before the
-// first one.
+// estimate returns the hedge quantile of the last estimate, or 0 before
+// the first.
 func (l *latency) estimate() time.Duration { return time.Duration(l.est.Load()) }
+
+// least returns failFastQuantile's latency at the last estimate, or 0
+// before the first.
+func (l *latency) least() time.Duration { return time.Duration(l.low.Load()) }
+
+// attemptTimeout returns the measured attempt timeout, or 0 before it forms.
+func (l *latency) attemptTimeout() time.Duration { return time.Duration(l.timeout.Load()) }

@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 )
 
 // Retries multiply through layers: k services that each make 3 attempts
@@ -112,8 +114,63 @@ func requestAttempt(r *http.Request) int {
 	return 0
 }
 
+// timeLeftHeader is the request header that carries the time the caller
+// gives the request, in whole milliseconds, when Policy.PropagateDeadline is
+// set: Envoy's x-envoy-expected-rq-timeout-ms format under a name of this
+// package's own (docs/design.md gives the choice).
+const timeLeftHeader = "Request-Timeout-Ms"
+
+// replyMargin is the time Handler keeps for the answer's way back: the
+// request is served under the deadline its caller sent, less replyMargin,
+// so that an answer made at the last moment still reaches the caller in
+// time (the Google SRE book, "Handling Overload": reduce the outgoing
+// deadline a little for transit and post-processing).
+const replyMargin = 5 * time.Millisecond
+
+// maxInboundTimeout is the longest deadline Handler takes from a request
+// that has none yet: a larger value in timeLeftHeader is clamped to it.
+const maxInboundTimeout = 5 * time.Minute
+
+// withTimeLeft returns a copy of out whose header says it has left, in whole
+// milliseconds, rounded down (no less than 0).
+func withTimeLeft(out *http.Request, left time.Duration) *http.Request {
+	r := shallowCopy(out)
+	r.Header = cloneHeaderWith(out.Header, timeLeftHeader, strconv.FormatInt(max(left.Milliseconds(), 0), 10), nil)
+	return r
+}
+
+// inboundDeadline returns the deadline that the values vs of timeLeftHeader
+// give a request that arrives now with context ctx, less replyMargin, and
+// false when it gives none: a value that is not one run of ASCII digits,
+// several values, or a deadline no sooner than the one ctx already has. A
+// value longer than maxInboundTimeout is clamped to it.
+func inboundDeadline(ctx context.Context, vs []string, now time.Time) (time.Time, bool) {
+	if len(vs) != 1 || vs[0] == "" {
+		return time.Time{}, false
+	}
+	const maxMs = int64(math.MaxInt64 / time.Millisecond / 10)
+	var ms int64
+	for i := 0; i < len(vs[0]); i++ {
+		d := vs[0][i]
+		if d < '0' || d > '9' {
+			return time.Time{}, false
+		}
+		ms = min(ms*10+int64(d-'0'), maxMs) // saturates: no overflow
+	}
+	timeout := time.Duration(ms)*time.Millisecond - replyMargin
+	old, ok := ctx.Deadline()
+	if !ok {
+		return now.Add(min(timeout, maxInboundTimeout)), true
+	}
+	if deadline := now.Add(timeout); deadline.Before(old) {
+		return deadline, true
+	}
+	return time.Time{}, false
+}
+
 // Handler wraps a service's handler so that its error responses tell the
-// layer above not to retry, when retrying was already done below.
+// layer above not to retry, when retrying was already done below. It also
+// gives the request the deadline its caller sent.
 //
 // While next handles a request, every Transport call made with the
 // request's context, or one derived from it, reports how it ended. One may
@@ -129,10 +186,29 @@ func requestAttempt(r *http.Request) int {
 // It passes on the flush errors of the writer below, as
 // http.ResponseController reads them, and unwraps for its other methods. A
 // request costs two allocations; nothing else happens unless a call fails.
+//
+// A request with a Request-Timeout-Ms header, as a Transport with
+// Policy.PropagateDeadline sends, is served under that deadline: the
+// service's own Transport and database calls see it, and stop when its
+// caller would stop waiting, less replyMargin for the answer's way back.
+// The header is a count of milliseconds. Any
+// other value, or several, is ignored, never an error to the client. A
+// deadline the request already has (http.TimeoutHandler's, or its
+// server's BaseContext's) is never extended. Without one, the ceiling is
+// maxInboundTimeout. The header stays on the request, so that a proxy
+// passes it on. Such a request costs a timer and its context more.
 func Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		lw := &layerWriter{rw: w}
-		lw.ctx.Context = r.Context()
+		ctx := r.Context()
+		if vs := r.Header[timeLeftHeader]; len(vs) > 0 {
+			if deadline, ok := inboundDeadline(ctx, vs, time.Now()); ok {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithDeadline(ctx, deadline)
+				defer cancel()
+			}
+		}
+		lw.ctx.Context = ctx
 		next.ServeHTTP(lw, r.WithContext(&lw.ctx))
 	})
 }

@@ -26,7 +26,9 @@ const (
 	// StopBudget: the Budget could not pay for the retry.
 	StopBudget
 	// StopDeadline: the wait would not end before the deadline (the request
-	// context's or Policy.Timeout's).
+	// context's or Policy.Timeout's). With Policy.PropagateDeadline, also
+	// an attempt, the first included, that the measured latency says could
+	// not end before it.
 	StopDeadline
 	// StopServerDelay: the server asked for a wait longer than
 	// Policy.MaxServerDelay.

@@ -65,6 +65,19 @@ type Policy struct {
 	// limit per attempt.
 	AttemptTimeout time.Duration
 
+	// AttemptTimeoutQuantile, between 0 and 1, sets AttemptTimeout from
+	// the dependency's recent latency (each destination's, with PerHost):
+	// the latency within which that share of attempts answered. It is the
+	// false-timeout rate chosen: 0.999 lets about one healthy attempt in a
+	// thousand time out, and cuts a hung one near the p99.9. AttemptTimeout
+	// is its ceiling, and serves until a full window of attempts is
+	// measured. An attempt it cuts counts as slower than any measured.
+	// When too many are cut, the quantile has moved above it: the timeout
+	// doubles, up to AttemptTimeout (docs/design.md gives the rule). It
+	// shares hedging's measurements. Zero, or an AttemptTimeout of zero,
+	// means the fixed AttemptTimeout.
+	AttemptTimeoutQuantile float64
+
 	// Classify sorts each attempt's outcome. Exactly one of its arguments
 	// is non-nil. It must not consume the body: PeekBody reads a bounded
 	// prefix and puts it back. Nil means DefaultClassify.
@@ -126,6 +139,32 @@ type Policy struct {
 	// tell first tries from retries. It costs a copy of the request and its
 	// header per attempt.
 	SendAttemptHeader bool
+
+	// PropagateDeadline makes every attempt carry the time it has left,
+	// in whole milliseconds, in a Request-Timeout-Ms header. It is the
+	// sooner of the context's deadline and Timeout, less the time spent.
+	// Handler makes it the deadline of the request it serves. With it, an
+	// attempt that the dependency's measured latency says cannot end in
+	// time is not begun, nor a wait before one: the request fails at once
+	// with StopDeadline. A request without a deadline sends no header.
+	// False sends none and refuses nothing early. It costs a copy of the
+	// request and its header per attempt.
+	PropagateDeadline bool
+}
+
+// attemptTimeoutQuantile is AttemptTimeoutQuantile, or 0 when it is not a
+// quantile or there is no AttemptTimeout to bound it.
+func (p *Policy) attemptTimeoutQuantile() float64 {
+	if p.AttemptTimeoutQuantile > 0 && p.AttemptTimeoutQuantile < 1 && p.AttemptTimeout > 0 {
+		return p.AttemptTimeoutQuantile
+	}
+	return 0
+}
+
+// measures reports whether the Policy keeps latency estimates: for a
+// hedge delay, an attempt timeout, or a deadline's fail-fast.
+func (p *Policy) measures() bool {
+	return p.hedgeQuantile() > 0 || p.attemptTimeoutQuantile() > 0 || p.PropagateDeadline
 }
 
 func (p *Policy) maxAttempts() int {

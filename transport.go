@@ -126,7 +126,7 @@ func (t *Transport) init() {
 	t.bucket, _ = t.inUse.(*tokenBucket) // it never panics: nothing to clean up after it
 	p := &t.Policy
 	t.plain = t.bucket != nil && t.OnAttempt == nil && t.OnEnd == nil && t.Logger == nil && t.Limiter == nil && t.PerHost == nil &&
-		p.Timeout <= 0 && p.AttemptTimeout <= 0 && p.HedgeDelay <= 0 && p.hedgeQuantile() == 0 &&
+		p.Timeout <= 0 && p.AttemptTimeout <= 0 && p.HedgeDelay <= 0 && !p.measures() &&
 		!p.SendAttemptHeader && p.Classify == nil
 }
 

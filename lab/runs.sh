@@ -47,6 +47,16 @@ run herd-real-busy.json busy go run ./examples/herd -json
 # One client, many hosts (docs/guide-many-hosts.md), over loopback.
 run webhooks.json go run ./examples/webhooks -json
 
+# Deadlines across services and measured attempt timeouts
+# (docs/guide-http-client.md, docs/design.md §16), over loopback; about a
+# minute. Saved in docs/, beside the guide, as issue 35 asks. Its charts:
+# (cd lab/plot && go run . -only deadlines -deadlines ../../docs/deadlines.json)
+if [ -z "$only" ] || [ "$only" = deadlines ]; then
+	echo "docs/deadlines.json: go run ./examples/deadlines -json" >&2
+	go run ./examples/deadlines -json > docs/deadlines.json.tmp
+	mv docs/deadlines.json.tmp docs/deadlines.json
+fi
+
 # Hedging (docs/guide-hedging.md), over loopback.
 run hedging.json sh -c 'cd lab/bench && go run ./cmd/hedge -json'
 # ...and on workloads the hedging matrix does not use (docs/hedging-heldout.md;

@@ -31,7 +31,8 @@ func main() {
 	requests := flag.Int("requests", 3000, "requests per flaky layered chain")
 	throttle := flag.String("throttle", "", "the JSON of bench's cmd/throttle to chart (lab/runs/throttling.json); none: no throttling charts")
 	matrix := flag.String("matrix", "", "the JSON of bench's cmd/matrix to chart (lab/runs/throttling-matrix.json); none: no matrix charts")
-	only := flag.String("only", "", "draw only these charts: herd, layers, budget, throttle or matrix")
+	deadlines := flag.String("deadlines", "", "the JSON of examples/deadlines to chart (docs/deadlines.json); none: no deadline charts")
+	only := flag.String("only", "", "draw only these charts: herd, layers, budget, throttle, matrix or deadlines")
 	flag.Parse()
 	draw := func(name string) bool { return *only == "" || *only == name }
 	if draw("herd") {
@@ -48,6 +49,9 @@ func main() {
 	}
 	if draw("matrix") && *matrix != "" {
 		matrixCharts(*out, *matrix)
+	}
+	if draw("deadlines") && *deadlines != "" {
+		deadlineCharts(*out, *deadlines)
 	}
 }
 
