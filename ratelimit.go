@@ -21,7 +21,6 @@ var (
 	limTau    = 1.0  // seconds: the meters' time constant; the rate is at least one per limTau
 	limGrowth = 0.05 // the cubic's scale per second cubed, as a share of the demand
 	limWait   = 0.1  // the share of the time left that an attempt may wait
-	limCap    = 2.0  // the rate is at most this many times the demand
 	limHold   = 4.0  // seconds: the longest hold at a cut's rate
 )
 
@@ -37,17 +36,16 @@ var (
 // grows along a cubic, as CUBIC's window does: concave back to the rate that
 // drew the throttle (recovering), then convex past it (probing). The cubic's
 // scale is limGrowth of the demand, so that clients grow in proportion to what
-// they ask. The rate is at most limCap times the demand (or the cut's rate),
-// and at least one permit per limTau. Permits are one interval of the rate
-// apart, a slot unused for up to an interval is kept for the next attempt, and
-// a cut starts a new schedule: attempts waiting under the last ask again. An
-// attempt waits only within limWait of the time left before its deadline, and
-// within MaxWait: no queue stands, and the rest fail at once with
-// ErrRateLimited. A refused attempt sends nothing and holds no slot; a canceled
-// permit gives its slot back, whatever the order of cancels. A throttle with
-// Retry-After (or x-amz-retry-after) holds the rate until the time the server
-// asked for; after a fall it pauses the limiter, which gives no permit before
-// then.
+// they ask. The rate is never less than one permit per limTau. Permits are one
+// interval of the rate apart, a slot unused for up to an interval is kept for
+// the next attempt, and a cut starts a new schedule: attempts waiting under the
+// last ask again. An attempt waits only within limWait of the time left before
+// its deadline, and within MaxWait: no queue stands, and the rest fail at once
+// with ErrRateLimited. A refused attempt sends nothing and holds no slot; a
+// canceled permit gives its slot back, whatever the order of cancels. A
+// throttle with Retry-After (or x-amz-retry-after) holds the rate until the
+// time the server asked for; after a fall it pauses the limiter, which gives no
+// permit before then.
 //
 // The zero RateLimiter is ready to use, and safe for concurrent use by the
 // Transports of one dependency. It starts no goroutine and no timer.
@@ -118,7 +116,7 @@ func (l *RateLimiter) rateAt(now time.Time) float64 {
 		t -= l.plateau
 		r = l.top + l.scale*t*t*t
 	}
-	return max(min(r, limCap*max(l.demand.rate(now), l.low)), 1/limTau)
+	return max(r, 1/limTau)
 }
 
 // cut answers a throttle at now: of the round's permits, or the first. The
