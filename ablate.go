@@ -14,7 +14,7 @@ import (
 // at its neutral value on the matrix.
 func init() {
 	vars := map[string]*float64{"beta": &limBeta, "margin": &limMargin, "tau": &limTau,
-		"growth": &limGrowth, "wait": &limWait, "cap": &limCap, "minrate": &limMinRate, "hold": &limHold}
+		"growth": &limGrowth, "wait": &limWait, "hold": &limHold}
 	for _, kv := range strings.Split(os.Getenv("RETRYHTTP_ABLATE"), ",") {
 		name, value, ok := strings.Cut(kv, "=")
 		f, err := strconv.ParseFloat(value, 64)

@@ -714,3 +714,11 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// rate is Stats().Rate for a limiter that may be nil.
+func (l *RateLimiter) rate() (r float64) {
+	if l != nil {
+		r = l.Stats().Rate
+	}
+	return r
+}

@@ -437,7 +437,7 @@ func (c *call) hedge(r *race, n int, again bool) (*http.Request, bool) {
 	hc.quota = &c.hs.quota
 	if c.lim != nil {
 		var ok bool
-		if hc.permit, ok = c.lim.tryAcquire(time.Now()); !ok {
+		if hc.permit, ok = c.lim.reserve(time.Now(), time.Now(), 0, false); !ok {
 			hc.giveBack() // a throttled client sends no extra copies
 			return nil, false
 		}

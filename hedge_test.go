@@ -347,7 +347,7 @@ func TestHedgeGetBodyPanicLeavesNothingTaken(t *testing.T) {
 			t.Errorf("got %d Tokens paid for a hedge that was never sent and never refunded; want 0", n)
 		}
 		rht.AssertAttempts(t, base, 1) // only the first copy went out
-		if _, ok := lim.tryAcquire(time.Now()); !ok {
+		if _, ok := lim.reserve(time.Now(), time.Now(), 0, false); !ok {
 			t.Error("the limiter has no permit due now; want one (the unsent hedge's slot given back)")
 		}
 	})

@@ -13,75 +13,67 @@ import (
 // permit in time (see RateLimiter). Nothing was sent for that attempt.
 var ErrRateLimited = errors.New("retryhttp: no send permit before the deadline")
 
-// The limiter's tuned numbers, each earned by an ablation on the matrix
-// (docs/throttling.md, "Ablation"). They are variables only so that the lab
-// can switch one off (ablate.go, built with the tag retryhttp_ablate).
+// The tuned numbers, each earned by an ablation (docs/throttling.md); variables
+// only so that the lab can switch one off (ablate.go, tag retryhttp_ablate).
 var (
-	limBeta    = 0.5  // the least of a rate one cut keeps
-	limMargin  = 0.1  // how far below the accepted rate a cut sets the rate
-	limTau     = 1.0  // seconds: the time constant of the meters
-	limGrowth  = 0.05 // the cubic's scale per second cubed, as a share of the demand
-	limWait    = 0.1  // the share of the time left that an attempt may wait
-	limCap     = 2.0  // the rate is at most this many times the demand
-	limMinRate = 0.1  // permits per second: the lowest rate
-	limHold    = 4.0  // seconds: the longest hold at a cut's rate
+	limBeta   = 0.5  // the least of a rate one cut keeps
+	limMargin = 0.1  // how far below the accepted share a cut sets the rate
+	limTau    = 1.0  // seconds: the meters' time constant; the rate is at least one per limTau
+	limGrowth = 0.05 // the cubic's scale per second cubed, as a share of the demand
+	limWait   = 0.1  // the share of the time left that an attempt may wait
+	limHold   = 4.0  // seconds: the longest hold at a cut's rate
 )
 
-// A RateLimiter paces the attempts of a client that a server throttles.
-// Until its first throttle it is free: every attempt goes at once, and it
-// meters the attempts asked for (the demand) and those sent. A throttle (a
-// 429, or what the Policy classifies as Throttling) cuts the rate once a
-// round: a throttle of a permit given before the last cut was answered by
-// that cut. The first cut keeps limBeta squared of the rate sent, as the
-// capacity is unknown. A later cut keeps the share of the round's answers
-// that the server accepted, less limMargin, and at least limBeta. A cut of a
-// round that had limBeta of its answers accepted holds its rate twice as
-// long as the last did, up to limHold; after a worse round, a fall of the
-// capacity, it holds it not at all.
-// After the hold the rate grows along a cubic, as CUBIC's window does:
-// concave back to the rate that drew the throttle (recovering), then convex
-// past it (probing). The cubic's scale is limGrowth of the demand, so that
-// clients grow in proportion to what they ask. The rate is never more than
-// limCap times the demand (or the cut's rate), nor less than limMinRate.
-// Permits are spaced one interval of the rate apart, a slot left unused for
-// up to an interval is kept for the next attempt, and a cut starts a new
-// schedule: attempts waiting under the last ask again. An attempt waits only
-// within limWait of the time left before its deadline, and within MaxWait:
-// no queue stands, and the rest fail at once with ErrRateLimited. A refused
-// attempt sends nothing and holds no slot; a canceled permit gives its slot
-// back, whatever the order of cancels. A throttle with Retry-After (or
-// x-amz-retry-after) pauses the limiter: paused, it gives no permit before
-// the time the server asked for.
+// A RateLimiter paces the attempts of a client that a server throttles. Until
+// its first throttle it is free: every attempt goes at once, metered as asked
+// for (the demand) and as sent. A throttle (a 429, or what the Policy
+// classifies as Throttling) cuts the rate once a round: a throttle of a permit
+// given before the last cut was answered by that cut. The first cut keeps
+// limBeta squared of the rate sent; a later one keeps the round's accepted
+// share less limMargin, and at least limBeta. After a round with limBeta of its
+// answers accepted, the cut's rate is held twice as long as the last, up to
+// limHold; after a worse one, a fall of the capacity, not at all. Then the rate
+// grows along a cubic, as CUBIC's window does: concave back to the rate that
+// drew the throttle (recovering), then convex past it (probing). The cubic's
+// scale is limGrowth of the demand, so that clients grow in proportion to what
+// they ask. The rate is never less than one permit per limTau. Permits are one
+// interval of the rate apart, a slot unused for up to an interval is kept for
+// the next attempt, and a cut starts a new schedule: attempts waiting under the
+// last ask again. An attempt waits only within limWait of the time left before
+// its deadline, and within MaxWait: no queue stands, and the rest fail at once
+// with ErrRateLimited. A refused attempt sends nothing and holds no slot; a
+// canceled permit gives its slot back, whatever the order of cancels. A
+// throttle with Retry-After (or x-amz-retry-after) holds the rate until the
+// time the server asked for; after a fall it pauses the limiter, which gives no
+// permit before then.
 //
-// The zero RateLimiter is ready to use. It is safe for concurrent use, and
-// Transports that call one dependency may share it; it starts no goroutine
-// and no timer. MaxWait must not change after first use.
+// The zero RateLimiter is ready to use, and safe for concurrent use by the
+// Transports of one dependency. It starts no goroutine and no timer.
 type RateLimiter struct {
 	// MaxWait bounds an attempt's wait for its permit; zero means no bound
-	// but the deadline's.
-	MaxWait time.Duration
-
+	// but the deadline's. It must not change after first use.
+	MaxWait          time.Duration
 	mu               sync.Mutex
-	limited          bool    // a throttle came: not Free
+	limited, fell    bool    // a throttle came (not free); the last cut's round fell
 	demand, sent     meter   // attempts asked for, and sent, per second
 	answers, accepts int     // answers to the permits of this round, and those accepted
 	top, low         float64 // the rate that drew the last throttle, and the cut's
 	hold             float64 // seconds the cut's rate is held before the cubic
 	scale, plateau   float64 // the cubic's scale, and seconds from the cubic's start to top
 	cutAt, next      time.Time
-	pause            time.Time // no permit before (Retry-After)
+	pause            time.Time // no permit before (Retry-After, after a fall)
 	cuts             uint64
 	refused          int64
 }
 
-// The states of a RateLimiter (RateLimiterStats.State).
+// The states of a RateLimiter, as RateLimiterStats.State names them.
 type limiterState uint8
 
 const (
 	free       limiterState = iota // no throttle yet: no limit
 	recovering                     // below the rate that drew the last throttle
 	probing                        // at or past it
-	paused                         // within a Retry-After
+	paused                         // within a Retry-After, after a fall
 )
 
 var stateNames = [...]string{"free", "recovering", "probing", "paused"}
@@ -99,11 +91,7 @@ func (l *RateLimiter) Stats() RateLimiterStats {
 	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := RateLimiterStats{State: stateNames[l.state(now)], Cuts: l.cuts, Refused: l.refused}
-	if l.limited {
-		s.Rate = l.rateAt(now)
-	}
-	return s
+	return RateLimiterStats{State: stateNames[l.state(now)], Rate: l.rateAt(now), Cuts: l.cuts, Refused: l.refused}
 }
 
 // state is the limiter's state at now. Must hold mu.
@@ -119,47 +107,45 @@ func (l *RateLimiter) state(now time.Time) limiterState {
 	return probing
 }
 
-// rateAt is the cubic at now, within limCap of the demand and limMinRate.
-// Must hold mu.
+// rateAt is the cubic at now, within its bounds; 0 while free. Must hold mu.
 func (l *RateLimiter) rateAt(now time.Time) float64 {
-	t := now.Sub(l.cutAt).Seconds() - l.hold
 	r := l.low
-	if t > 0 {
+	if !l.limited {
+		return 0
+	} else if t := now.Sub(l.cutAt).Seconds() - l.hold; t > 0 {
 		t -= l.plateau
 		r = l.top + l.scale*t*t*t
 	}
-	r = min(r, limCap*max(l.demand.rate(now), l.low))
-	return max(r, limMinRate)
+	return max(r, 1/limTau)
 }
 
-// cut answers a throttle at now of a permit given at rate drew. Must hold mu.
-func (l *RateLimiter) cut(now time.Time, drew float64) {
-	top := max(drew, limMinRate)
+// cut answers a throttle at now: of the round's permits, or the first. The
+// rate that drew it is the rate sent, or the limit if lower. Must hold mu.
+func (l *RateLimiter) cut(now time.Time) {
+	top := max(l.sent.rate(now), 1/limTau)
+	if l.limited {
+		top = min(top, l.rateAt(now)) // at least 1/limTau, as both are
+	}
 	kept := float64(l.accepts) / float64(l.answers)
 	low := top * max(limBeta, kept*(1-limMargin))
 	if !l.limited {
 		low = top * limBeta * limBeta // the first: the capacity is unknown
 	}
-	// A round that had less than limBeta accepted: the capacity fell, and
-	// the new rate is not held. Any other finds the capacity where it was,
-	// and holds twice as long as the last.
-	if l.limited && kept >= limBeta {
-		l.hold = min(2*l.hold+l.plateau, limHold)
-	} else {
-		l.hold = 0
+	hold := min(2*l.hold+l.plateau, limHold) // twice the last; none after a fall
+	if l.fell = kept < limBeta; l.fell || !l.limited {
+		hold = 0
 	}
-	l.top, l.low = top, low
+	l.top, l.low, l.hold = top, low, hold
 	l.scale = limGrowth * max(l.demand.rate(now), l.low)
 	l.plateau = math.Cbrt((l.top - l.low) / l.scale)
 	l.cutAt, l.limited = now, true
 	l.answers, l.accepts = 0, 0
-	l.next = now.Add(interval(l.low)) // a new schedule: the permits of the last are void
+	l.next = now.Add(time.Duration(float64(time.Second) / l.low)) // a new schedule: the permits of the last are void
 	l.cuts++
 }
 
-// A permit is an attempt's right to be sent. It is owned by the attempt:
-// answered once the attempt is sent, or canceled, which gives its slot back.
-// A free limiter's permit holds no slot.
+// A permit is an attempt's right to be sent: answered once it is sent, or
+// canceled, which gives its slot back (a free limiter's holds none).
 type permit struct {
 	l      *RateLimiter
 	cuts   uint64        // the cuts made before it was given: its round
@@ -168,10 +154,8 @@ type permit struct {
 	waited time.Duration // how long the attempt waited for it
 }
 
-// acquire waits for a permit for an attempt due now and puts it in into. It
-// returns ErrRateLimited at once when the permit would come too late, or
-// the context's error if it ends first; either way it holds nothing. A cut
-// or a pause during the wait voids the permit, and a new one is asked for.
+// acquire waits for a permit into into, or holds nothing and returns why. A
+// cut or a pause during the wait voids the permit: it asks again.
 func (l *RateLimiter) acquire(ctx context.Context, into *permit) error {
 	due := time.Now()
 	for ask := true; ; ask = false {
@@ -181,15 +165,15 @@ func (l *RateLimiter) acquire(ctx context.Context, into *permit) error {
 			return ErrRateLimited
 		}
 		if d := p.at.Sub(now); d > 0 {
-			if err := sleep(ctx, d); err != nil {
-				p.cancel()
-				return err
-			}
+			err := sleep(ctx, d)
 			l.mu.Lock()
-			void := p.cuts != l.cuts || p.at.Before(l.pause) // a new schedule, or a pause
+			void := err != nil || p.cuts != l.cuts || p.at.Before(l.pause)
 			l.mu.Unlock()
 			if void {
 				p.cancel()
+				if err != nil {
+					return err
+				}
 				continue
 			}
 			p.waited = time.Since(due)
@@ -199,23 +183,16 @@ func (l *RateLimiter) acquire(ctx context.Context, into *permit) error {
 	}
 }
 
-// tryAcquire gives a permit due now, if any: a hedge does not wait.
-func (l *RateLimiter) tryAcquire(now time.Time) (permit, bool) {
-	return l.reserve(now, now, 0, false)
-}
-
-// admits reports whether a retry sent after delay would get a permit in
-// time. It takes nothing: the retry asks when it is due.
+// admits reports whether a retry after delay would get a permit in time.
 func (l *RateLimiter) admits(ctx context.Context, delay time.Duration) bool {
-	now := time.Now()
-	due := now.Add(delay)
+	due := time.Now().Add(delay)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	ok := !l.limited || !l.due(due).After(due.Add(l.longest(ctx, due)))
-	if !ok {
+	if l.limited && later(later(l.next, due), l.pause).After(due.Add(l.longest(ctx, due))) {
 		l.refused++
+		return false
 	}
-	return ok
+	return true
 }
 
 // longest is the longest wait for an attempt due at due.
@@ -229,11 +206,7 @@ func (l *RateLimiter) longest(ctx context.Context, due time.Time) (w time.Durati
 	return w
 }
 
-// due is when a permit asked for at now can come. Must hold mu.
-func (l *RateLimiter) due(now time.Time) time.Time { return later(later(l.next, now), l.pause) }
-
-// reserve takes a slot for an attempt due at due, asked for at now (counted
-// in the demand when ask), if it comes within longest of due.
+// reserve takes a slot within longest of due, asked for at now (a demand if ask).
 func (l *RateLimiter) reserve(now, due time.Time, longest time.Duration, ask bool) (permit, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -244,20 +217,19 @@ func (l *RateLimiter) reserve(now, due time.Time, longest time.Duration, ask boo
 		l.sent.add(now)
 		return permit{l: l}, true
 	}
-	at := l.due(now)
+	at := later(later(l.next, now), l.pause)
 	if at.Sub(due) > max(longest, 0) {
 		l.refused++
 		return permit{}, false
 	}
-	iv := interval(l.rateAt(now))
+	iv := time.Duration(float64(time.Second) / l.rateAt(now)) // the interval
 	l.next = later(l.next, at.Add(-iv)).Add(iv)
 	l.sent.add(now)
 	return permit{l: l, cuts: l.cuts, slot: iv, at: at}, true
 }
 
-// cancel gives back the slot of a permit whose attempt will not be sent: the
-// schedule moves one slot earlier, as x/time/rate's Reservation.Cancel
-// restores its tokens. It empties p.
+// cancel gives a permit's slot back, as x/time/rate's Reservation.Cancel
+// does, and empties p.
 func (p *permit) cancel() {
 	if l := p.l; l != nil && p.slot > 0 {
 		l.mu.Lock()
@@ -269,20 +241,15 @@ func (p *permit) cancel() {
 	*p = permit{}
 }
 
-// answered reports the answer to the attempt sent under p, classified as
-// class: a throttle cuts the rate (once a round) and pauses it for the
-// delay a Retry-After asks for, within the Policy's MaxServerDelay; any
-// other answer is accepted.
+// answered reports the answer to p's attempt: a throttle cuts (once a round),
+// and its Retry-After, within MaxServerDelay, holds or pauses the rate.
 func (p *permit) answered(pol *Policy, resp *http.Response, err error, class Class) {
 	l := p.l
 	if l == nil {
 		return // no limiter: nothing to do, and no clock read
 	}
 	now, throttled := time.Now(), class == Throttling
-	var pause time.Duration
-	if d, ok := serverDelay(pol, resp, now); ok && throttled {
-		pause = serverPause(pol, d)
-	}
+	d, ok := serverDelay(pol, resp, now)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if p.cuts == l.cuts && (err == nil || throttled) { // an error may not have reached the server
@@ -291,29 +258,15 @@ func (p *permit) answered(pol *Policy, resp *http.Response, err error, class Cla
 			l.accepts++
 		}
 	}
-	switch {
-	case !throttled:
-		return
-	case !l.limited:
-		l.cut(now, l.sent.rate(now))
-	case p.cuts == l.cuts:
-		l.cut(now, min(l.rateAt(now), l.sent.rate(now)))
+	if throttled && (!l.limited || p.cuts == l.cuts) {
+		l.cut(now)
 	}
-	if until := now.Add(pause); until.After(l.pause) {
-		l.pause = until
+	if pause := serverPause(pol, d); ok && throttled && pause > 0 && l.fell {
+		l.pause = later(l.pause, now.Add(pause))
+	} else if ok && throttled && pause > 0 { // held until then, at least
+		l.hold = max(l.hold, now.Add(pause).Sub(l.cutAt).Seconds())
 	}
 }
-
-// rate is Stats().Rate for a limiter that may be nil.
-func (l *RateLimiter) rate() (r float64) {
-	if l != nil {
-		r = l.Stats().Rate
-	}
-	return r
-}
-
-// interval is the gap between permits at r per second.
-func interval(r float64) time.Duration { return time.Duration(min(float64(time.Second)/r, 1<<62)) }
 
 func later(a, b time.Time) time.Time {
 	if a.After(b) {
@@ -322,9 +275,8 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-// A meter is a rate of events, weighted exponentially over limTau seconds
-// and divided by the weight of its age (a tenth of limTau at least), so that
-// a young meter reads the rate seen so far, not a fraction of it.
+// A meter is a rate of events, weighted exponentially over limTau and divided
+// by the weight of its age (limTau/10 at least): a young one reads it whole.
 type meter struct {
 	w         float64
 	at, since time.Time
@@ -342,6 +294,5 @@ func (m *meter) weight(now time.Time) float64 {
 }
 
 func (m *meter) rate(now time.Time) float64 {
-	age := now.Sub(m.since).Seconds()
-	return m.weight(now) / max(-limTau*math.Expm1(-age/limTau), limTau/10)
+	return m.weight(now) / max(-limTau*math.Expm1(-now.Sub(m.since).Seconds()/limTau), limTau/10)
 }

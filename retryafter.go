@@ -119,9 +119,9 @@ func (p *Policy) serverSpread(sd time.Duration) time.Duration {
 	return max(sd/10, p.baseDelay(Transient))
 }
 
-// serverPause is how long a response's delay d pauses a RateLimiter: d
-// within MaxServerDelay. A delay whose spread would overflow a Duration
-// pauses nothing: no retry could wait it out.
+// serverPause is how long a response's delay d holds or pauses a
+// RateLimiter: d within MaxServerDelay. A delay whose spread would overflow
+// a Duration holds nothing: no retry could wait it out.
 func serverPause(p *Policy, d time.Duration) time.Duration {
 	d = min(d, p.maxServerDelay())
 	if d+p.serverSpread(d) < d {

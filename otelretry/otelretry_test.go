@@ -392,8 +392,8 @@ func TestPerHostStateNotObserved(t *testing.T) {
 func TestRetryEndedInItsWaitIsAGiveup(t *testing.T) {
 	// A retry decided and then ended in its wait is no retry, and a giveup
 	// with the wait's reason: the caller's context ended, or the Limiter
-	// had no permit in time (another client's 429 paused it for 5 s, past
-	// the request's 3 s deadline).
+	// had no permit in time (another client's two 429s, the second a fall
+	// of the capacity, paused it for 5 s, past the request's 3 s deadline).
 	tests := []struct {
 		name    string
 		limited bool
@@ -423,12 +423,14 @@ func TestRetryEndedInItsWaitIsAGiveup(t *testing.T) {
 							return
 						}
 						other := &retryhttp.Transport{Base: rht.NewTransport(rht.RetryAfter(429, "5")), Limiter: lim, Policy: retryhttp.Policy{MaxAttempts: 1}}
-						req, _ := http.NewRequest("GET", "http://orders.test/", nil)
-						resp, err := other.RoundTrip(req)
-						if err != nil {
-							t.Fatal(err)
+						for range 2 {
+							req, _ := http.NewRequest("GET", "http://orders.test/", nil)
+							resp, err := other.RoundTrip(req)
+							if err != nil {
+								t.Fatal(err)
+							}
+							resp.Body.Close()
 						}
-						resp.Body.Close()
 					}}
 				m.Instrument(tr)
 				req, _ := http.NewRequestWithContext(ctx, "GET", "http://orders.test/", nil)
