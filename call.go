@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"sync/atomic"
 	"time"
 )
 
@@ -361,11 +362,22 @@ func (c *call) sendTimed() {
 	o.release = release
 	timeout := c.attemptTimeout()
 	o.cut = 0
-	o.timer = time.AfterFunc(timeout, release)
+	var st *stretch
+	if c.timeoutMeasured() {
+		st = &stretch{lat: &c.hs.lat, ceiling: p.AttemptTimeout, release: release}
+		st.limit.Store(int64(timeout))
+		o.timer = time.AfterFunc(timeout, st.fire)
+		st.timer.Store(o.timer)
+	} else {
+		o.timer = time.AfterFunc(timeout, release)
+	}
 	o.resp, o.err = roundTripOnce(c.t.base(), o.sent.WithContext(actx))
 	o.class = c.classify(o.resp, o.err)
 	fired := !o.timer.Stop()
 	o.timer = nil
+	if st != nil {
+		timeout = time.Duration(st.limit.Load())
+	}
 	switch {
 	case fired && o.sent.Context().Err() == nil:
 		discard(o.resp, release)
@@ -378,6 +390,30 @@ func (c *call) sendTimed() {
 		o.release = nil
 	}
 	used.answered(p, o.resp, o.err, o.class)
+}
+
+// stretch is the timer of an attempt under a measured timeout. When it
+// fires, a timeout measured longer since the attempt began takes over. An
+// attempt in flight when the dependency slowed is then not cut by the
+// shorter estimate it started under.
+type stretch struct {
+	timer   atomic.Pointer[time.Timer]
+	limit   atomic.Int64 // the timeout in force, in ns
+	lat     *latency
+	ceiling time.Duration // Policy.AttemptTimeout
+	release func()
+}
+
+func (s *stretch) fire() {
+	limit := time.Duration(s.limit.Load())
+	if now := min(s.lat.attemptTimeout(), s.ceiling); now > limit {
+		if t := s.timer.Load(); t != nil {
+			s.limit.Store(int64(now))
+			t.Reset(now - limit)
+			return
+		}
+	}
+	s.release()
 }
 
 // decide settles the tokens of the retry just made (refunded if it

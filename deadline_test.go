@@ -661,3 +661,58 @@ func TestAttemptTimeoutQuantileRisesWhenCut(t *testing.T) {
 		})
 	}
 }
+
+func TestAttemptTimeoutQuantileStretchesAttemptsInFlight(t *testing.T) {
+	// 1000 attempts of 10ms set the timeout at 15.36ms. Four attempts hang,
+	// and 5ms later one of 20ms starts. The four are cut at 15.36ms, which
+	// doubles the timeout to 30.72ms. When the 20ms attempt's timer fires,
+	// the longer timeout takes over: it ends after 20ms, not cut.
+	synctest.Test(t, func(t *testing.T) {
+		base := &latencyBase{latency: func(n int64) time.Duration {
+			switch {
+			case n <= 1000:
+				return 10 * time.Millisecond
+			case n <= 1004:
+				return time.Hour
+			default:
+				return 20 * time.Millisecond
+			}
+		}}
+		tr := &Transport{Base: base, Policy: Policy{AttemptTimeout: time.Second, AttemptTimeoutQuantile: 0.999}}
+		for range 1000 {
+			attempt(t, tr)
+		}
+		tr.OnAttempt = nil // attempt's hook is not for concurrent requests
+		var wg sync.WaitGroup
+		cuts := make([]time.Duration, 4)
+		for i := range cuts {
+			wg.Go(func() {
+				ctx := WithOverride(context.Background(), Override{MaxAttempts: 1})
+				start := time.Now()
+				_, err := tr.RoundTrip(newReq(t, "GET", "").WithContext(ctx))
+				if !errors.Is(err, ErrAttemptTimeout) {
+					t.Errorf("hung attempt %d: got %v; want ErrAttemptTimeout", i, err)
+				}
+				cuts[i] = time.Since(start)
+			})
+		}
+		synctest.Wait()
+		time.Sleep(5 * time.Millisecond)
+		start := time.Now()
+		ctx := WithOverride(context.Background(), Override{MaxAttempts: 1})
+		resp, err := tr.RoundTrip(newReq(t, "GET", "").WithContext(ctx))
+		if err != nil {
+			t.Fatalf("the 20ms attempt: got %v; want its response", err)
+		}
+		resp.Body.Close()
+		if got := time.Since(start); got != 20*time.Millisecond {
+			t.Errorf("the 20ms attempt took %v; want 20ms", got)
+		}
+		wg.Wait()
+		for i, got := range cuts {
+			if got != 15360*time.Microsecond {
+				t.Errorf("hung attempt %d cut after %v; want 15.36ms", i, got)
+			}
+		}
+	})
+}

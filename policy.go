@@ -73,7 +73,8 @@ type Policy struct {
 	// is its ceiling, and serves until a full window of attempts is
 	// measured. An attempt it cuts counts as slower than any measured.
 	// When too many are cut, the quantile has moved above it: the timeout
-	// doubles, up to AttemptTimeout (docs/design.md gives the rule). It
+	// doubles, up to AttemptTimeout (docs/design.md gives the rule). An
+	// attempt in flight when it rises gets the longer timeout. It
 	// shares hedging's measurements. Zero, or an AttemptTimeout of zero,
 	// means the fixed AttemptTimeout.
 	AttemptTimeoutQuantile float64
