@@ -1,0 +1,54 @@
+package retryhttp
+
+import (
+	"math"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+func TestAttemptTimeoutQuantileHungStaysAtCeiling(t *testing.T) {
+	// A dependency that answers in 100ms, 1s or 100s, then hangs for
+	// everyone: the measured timeout climbs to AttemptTimeout and stays
+	// there, however long AttemptTimeout is, window after window.
+	tests := []struct {
+		name    string
+		latency time.Duration
+		ceiling time.Duration
+	}{
+		{"100ms, ceiling 10s", 100 * time.Millisecond, 10 * time.Second},
+		{"1s, ceiling 5m", time.Second, 5 * time.Minute},
+		{"100s, ceiling 5m", 100 * time.Second, 5 * time.Minute},
+		{"100s, ceiling 1h", 100 * time.Second, time.Hour},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := &latencyBase{latency: func(int64) time.Duration { return tc.latency }}
+				tr := &Transport{Base: base, Policy: Policy{AttemptTimeout: tc.ceiling, AttemptTimeoutQuantile: 0.999}}
+				for range 1000 {
+					attempt(t, tr)
+				}
+				base.latency = func(int64) time.Duration { return math.MaxInt64 } // hangs past any timeout
+				var prev time.Duration
+				atCeiling := -1
+				for i := range 1500 {
+					got, cut := attempt(t, tr)
+					if !cut || got > tc.ceiling || got < time.Millisecond {
+						t.Fatalf("hung attempt %d: cut %v after %v; want cut within [1ms, %v]", i+1, cut, got, tc.ceiling)
+					}
+					if got < prev {
+						t.Fatalf("hung attempt %d: cut after %v, after %v before; want no fall while everything hangs", i+1, got, prev)
+					}
+					if got == tc.ceiling && atCeiling < 0 {
+						atCeiling = i + 1
+					}
+					prev = got
+				}
+				if atCeiling < 0 {
+					t.Errorf("got the last hung attempt cut after %v; want %v", prev, tc.ceiling)
+				}
+			})
+		})
+	}
+}
