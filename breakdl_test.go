@@ -1,6 +1,8 @@
 package retryhttp
 
 import (
+	"context"
+	"errors"
 	"math"
 	"testing"
 	"testing/synctest"
@@ -47,6 +49,47 @@ func TestAttemptTimeoutQuantileHungStaysAtCeiling(t *testing.T) {
 				}
 				if atCeiling < 0 {
 					t.Errorf("got the last hung attempt cut after %v; want %v", prev, tc.ceiling)
+				}
+			})
+		})
+	}
+}
+
+func TestAttemptTimeoutQuantileOverrideCutsNotMeasured(t *testing.T) {
+	// One caller's short Override.AttemptTimeout cuts its own attempts. Its
+	// cuts say nothing of the dependency's latency: they must not pull the
+	// measured timeout of every other request down to them.
+	for _, hedged := range []bool{false, true} {
+		name := "not hedged"
+		if hedged {
+			name = "hedged"
+		}
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := &latencyBase{latency: func(int64) time.Duration { return 100 * time.Millisecond }}
+				p := Policy{AttemptTimeout: time.Second, AttemptTimeoutQuantile: 0.999}
+				ov := Override{MaxAttempts: 1, AttemptTimeout: time.Millisecond}
+				if hedged { // copies at 0 and 1ms, each cut 2ms after it began
+					p.HedgeDelay = time.Millisecond
+					ov = Override{MaxAttempts: 2, AttemptTimeout: 2 * time.Millisecond}
+				}
+				tr := &Transport{Base: base, Policy: p}
+				for range 1000 {
+					attempt(t, tr)
+				}
+				var a Attempt
+				tr.OnAttempt = func(got Attempt) { a = got }
+				for range 2000 {
+					ctx := WithOverride(context.Background(), ov)
+					if resp, err := tr.RoundTrip(newReq(t, "GET", "").WithContext(ctx)); err == nil {
+						resp.Body.Close()
+					}
+					if !errors.Is(a.Err, ErrAttemptTimeout) {
+						t.Fatalf("got %v; want the Override's timeout to cut the attempt", a.Err)
+					}
+				}
+				if got, cut := attempt(t, tr); cut || got != 100*time.Millisecond {
+					t.Errorf("after 2000 attempts cut by an Override: an attempt of 100ms cut %v after %v; want answered after 100ms", cut, got)
 				}
 			})
 		})

@@ -197,7 +197,7 @@ func (c *call) budget() Budget {
 // measured one (Policy.AttemptTimeoutQuantile) once it is formed, or
 // Policy.AttemptTimeout.
 func (c *call) attemptTimeout() time.Duration {
-	if c.ov != nil && c.ov.AttemptTimeout > 0 {
+	if c.ownTimeout() {
 		return c.ov.AttemptTimeout
 	}
 	p := &c.t.Policy
@@ -209,10 +209,14 @@ func (c *call) attemptTimeout() time.Duration {
 	return p.AttemptTimeout
 }
 
+// ownTimeout reports whether the request's Override sets its attempt
+// timeout. Its cuts are not counted in the shared latencies.
+func (c *call) ownTimeout() bool { return c.ov != nil && c.ov.AttemptTimeout > 0 }
+
 // timeoutMeasured reports whether the attempt timeout is the measured one,
 // whose cuts the latencies count as censored.
 func (c *call) timeoutMeasured() bool {
-	return c.t.Policy.attemptTimeoutQuantile() > 0 && (c.ov == nil || c.ov.AttemptTimeout <= 0)
+	return c.t.Policy.attemptTimeoutQuantile() > 0 && !c.ownTimeout()
 }
 
 // replayable reports whether the request's body, if any, can be had again.
@@ -309,6 +313,9 @@ func (c *call) sendMeasured() {
 	if c.o.cut > 0 && c.timeoutMeasured() {
 		c.hs.lat.cut(c.o.cut, qs)
 		return
+	}
+	if c.o.cut > 0 && c.ownTimeout() {
+		return // the caller's own timeout: nothing learnt of the dependency
 	}
 	c.hs.lat.measure(time.Since(start), qs) // a fixed timeout's cut, as that long
 
