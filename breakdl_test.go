@@ -95,3 +95,80 @@ func TestAttemptTimeoutQuantileOverrideCutsNotMeasured(t *testing.T) {
 		})
 	}
 }
+
+func TestPropagateDeadlinePermitWait(t *testing.T) {
+	// Attempts take 100ms: after 20 the least an attempt needs is 102.4ms.
+	// The limiter gives 100 permits a second, one every 10ms. A request
+	// that gets the permit after another one's waits 10ms for it (within
+	// the tenth of its time left it may wait): with 110ms left, the wait
+	// and the attempt end past its deadline. It is refused at once, and
+	// sends nothing.
+	synctest.Test(t, func(t *testing.T) {
+		base := &headers{answers: []int{200}, delay: 100 * time.Millisecond}
+		lim := &RateLimiter{}
+		tr := &Transport{Base: base, Limiter: lim, Policy: Policy{PropagateDeadline: true}}
+		warm(t, tr, 20)
+		holdAt(lim, 100, time.Hour)
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() { // takes the permit due now
+			defer close(done)
+			if resp, err := tr.RoundTrip(newReq(t, "GET", "")); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 110*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		resp, err := tr.RoundTrip(newReq(t, "GET", "").WithContext(ctx))
+		var re *Error
+		if !errors.As(err, &re) || re.Decision != StopDeadline || re.Attempts != 0 || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("got (%v, %v); want an *Error, %v after 0 attempts, wrapping context.DeadlineExceeded", resp, err, StopDeadline)
+		}
+		if got := time.Since(start); got != 0 {
+			t.Errorf("got %v elapsed; want 0 (refused at once)", got)
+		}
+		synctest.Wait()
+		if got := len(base.values()); got != 21 {
+			t.Errorf("got %d attempts; want 21 (none from the refused request)", got)
+		}
+	})
+}
+
+func TestPropagateDeadlineRetryPermitWait(t *testing.T) {
+	// Attempts take 100ms and answer 503: after 20 of 200, the least an
+	// attempt needs is 102.4ms. The limiter gives a permit every 110ms. The
+	// first attempt takes the one at 0; the retry, due at 100ms, would wait
+	// 10ms (within a tenth of its 110ms left) for the one at 110ms, and end
+	// no sooner than 212.4ms, past the 210ms deadline. It is not waited
+	// for: the last 503 is returned at 100ms.
+	synctest.Test(t, func(t *testing.T) {
+		answers := make([]int, 21)
+		for i := range 20 {
+			answers[i] = 200
+		}
+		answers[20] = 503
+		base := &headers{answers: answers, delay: 100 * time.Millisecond}
+		lim := &RateLimiter{}
+		var decisions []Decision
+		tr := &Transport{Base: base, Limiter: lim, Budget: newTokenBucket(1 << 30),
+			Policy: Policy{PropagateDeadline: true, BaseDelay: time.Nanosecond, Rand: lowRand}}
+		warm(t, tr, 20)
+		holdAt(lim, 1/0.110, time.Hour)
+		tr.OnAttempt = func(a Attempt) { decisions = append(decisions, a.Decision) }
+		ctx, cancel := context.WithTimeout(context.Background(), 210*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		code, _, err := roundTrip(t, tr, newReq(t, "GET", "").WithContext(ctx))
+		if err != nil || code != 503 {
+			t.Fatalf("got (%d, %v); want the 503", code, err)
+		}
+		if got := time.Since(start); got != 100*time.Millisecond {
+			t.Errorf("got %v elapsed; want 100ms", got)
+		}
+		if len(decisions) != 1 || decisions[0] != StopDeadline {
+			t.Errorf("got decisions %v; want [%v]", decisions, StopDeadline)
+		}
+	})
+}

@@ -102,7 +102,7 @@ func (c *call) start(t *Transport, req *http.Request) error {
 		return c.fail(StopCanceled, err, true)
 	}
 	c.setup()
-	if t.Policy.PropagateDeadline && c.tooLate(0) {
+	if t.Policy.PropagateDeadline && c.tooLate(c.lim.permitWait(0)) {
 		return c.fail(StopDeadline, errTooLate, false)
 	}
 	return nil
@@ -225,10 +225,15 @@ func (c *call) replayable() bool {
 }
 
 // acquire takes the next attempt's send permit from the Limiter, if there is
-// one.
+// one. With Policy.PropagateDeadline, a permit after which the attempt
+// could not end in time is refused (errTooLate).
 func (c *call) acquire() error {
 	if c.lim != nil {
-		return c.lim.acquire(c.ctx, &c.permit)
+		var need time.Duration
+		if c.t.Policy.PropagateDeadline {
+			need = c.hs.lat.least()
+		}
+		return c.lim.acquire(c.ctx, &c.permit, need)
 	}
 	return nil
 }
@@ -484,7 +489,7 @@ func (c *call) weigh() verdict {
 		v.decision = StopDeadline
 		return v
 	}
-	if p.PropagateDeadline && c.tooLate(v.delay) {
+	if p.PropagateDeadline && c.tooLate(v.delay+c.lim.permitWait(v.delay)) {
 		v.decision, v.late = StopDeadline, true
 		return v
 	}
@@ -600,6 +605,9 @@ func (c *call) wait() error {
 // (why). A retry's tokens go back with cleanup.
 func (c *call) stopBefore(why error) error {
 	d := StopCanceled
+	if errors.Is(why, errTooLate) {
+		d = StopDeadline
+	}
 	if errors.Is(why, ErrRateLimited) {
 		d = StopRateLimited
 		markLayer(c.ctx, d, c.max)
@@ -613,7 +621,7 @@ func (c *call) stopBefore(why error) error {
 	if c.o.err != nil {
 		cause = fmt.Errorf("%w; last attempt: %w", why, c.o.err)
 	}
-	return c.fail(d, cause, true)
+	return c.fail(d, cause, d != StopDeadline || c.n > 0) // a first attempt refused as start refuses it
 }
 
 // fail ends the call with an *Error: the attempts made, decision d, the

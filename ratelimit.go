@@ -172,13 +172,20 @@ type permit struct {
 // returns ErrRateLimited at once when the permit would come too late, or
 // the context's error if it ends first; either way it holds nothing. A cut
 // or a pause during the wait voids the permit, and a new one is asked for.
-func (l *RateLimiter) acquire(ctx context.Context, into *permit) error {
+// With need > 0, a permit after which an attempt of need would not end
+// before the context's deadline is given back, and errTooLate returned.
+func (l *RateLimiter) acquire(ctx context.Context, into *permit, need time.Duration) error {
 	due := time.Now()
+	deadline, hasDeadline := ctx.Deadline()
 	for ask := true; ; ask = false {
 		now := time.Now()
 		p, ok := l.reserve(now, due, l.longest(ctx, due), ask)
 		if !ok {
 			return ErrRateLimited
+		}
+		if need > 0 && hasDeadline && p.at.After(now) && !p.at.Add(need).Before(deadline) {
+			p.cancel()
+			return errTooLate
 		}
 		if d := p.at.Sub(now); d > 0 {
 			if err := sleep(ctx, d); err != nil {
@@ -197,6 +204,21 @@ func (l *RateLimiter) acquire(ctx context.Context, into *permit) error {
 		*into = p
 		return nil
 	}
+}
+
+// permitWait is how long an attempt sent after delay would wait for its
+// permit, by the schedule as it is now: 0 for a nil or free limiter.
+func (l *RateLimiter) permitWait(delay time.Duration) time.Duration {
+	if l == nil {
+		return 0
+	}
+	due := time.Now().Add(delay)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.limited {
+		return 0
+	}
+	return max(l.due(due).Sub(due), 0)
 }
 
 // tryAcquire gives a permit due now, if any: a hedge does not wait.
