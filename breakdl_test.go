@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -171,4 +172,47 @@ func TestPropagateDeadlineRetryPermitWait(t *testing.T) {
 			t.Errorf("got decisions %v; want [%v]", decisions, StopDeadline)
 		}
 	})
+}
+
+func TestPropagateDeadlineAttemptTimeout(t *testing.T) {
+	// An attempt cut by its timeout is given up by its caller: the header
+	// tells the time the attempt has, the sooner of the request's deadline
+	// and the attempt timeout, as Envoy's per-try timeout does.
+	tests := []struct {
+		name     string
+		policy   Policy
+		override Override
+		deadline time.Duration // the context's; 0 for none
+		want     string
+	}{
+		{"AttemptTimeout sooner than the deadline", Policy{AttemptTimeout: 300 * time.Millisecond}, Override{}, time.Second, "300 300"},
+		{"the deadline sooner than AttemptTimeout", Policy{AttemptTimeout: 2 * time.Second}, Override{}, time.Second, "1000 900"},
+		{"AttemptTimeout without a deadline", Policy{AttemptTimeout: 300 * time.Millisecond}, Override{}, 0, "300 300"},
+		{"the Override's AttemptTimeout", Policy{AttemptTimeout: 300 * time.Millisecond}, Override{AttemptTimeout: 50 * time.Millisecond}, time.Second, "50 50"},
+		{"hedged copies, each under AttemptTimeout", Policy{AttemptTimeout: 300 * time.Millisecond, HedgeDelay: 20 * time.Millisecond, HedgeRatio: 1}, Override{}, time.Second, "300 300"},
+		{"no deadline, no AttemptTimeout: no header", Policy{}, Override{}, 0, "- -"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := &headers{answers: []int{503, 200}, delay: 40 * time.Millisecond}
+				p := tc.policy
+				p.PropagateDeadline = true
+				p.BaseDelay, p.Rand = 60*time.Millisecond, highRand // 40ms, a 60ms wait, 40ms
+				tr := &Transport{Base: base, Policy: p}
+				ctx := WithOverride(context.Background(), tc.override)
+				if tc.deadline > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tc.deadline)
+					defer cancel()
+				}
+				roundTrip(t, tr, newReq(t, "GET", "").WithContext(ctx))
+				time.Sleep(time.Second)
+				synctest.Wait()
+				if got := strings.Join(base.values(), " "); got != tc.want {
+					t.Errorf("got headers %q; want %q", got, tc.want)
+				}
+			})
+		})
+	}
 }

@@ -285,15 +285,25 @@ func (c *call) sendHedgeable() {
 }
 
 // stamp returns the request attempt n sends: out, or a copy of it with the
-// attempt's number and the time it has left, as the Policy asks.
+// attempt's number and the time it has left, as the Policy asks. The time
+// left is the sooner of the request's deadline and the attempt timeout.
 func (c *call) stamp(out *http.Request, n int) *http.Request {
 	p := &c.t.Policy
 	if p.SendAttemptHeader {
 		out = withAttemptHeader(out, n)
 	}
 	if p.PropagateDeadline {
-		if deadline, ok := c.ctx.Deadline(); ok {
-			out = withTimeLeft(out, time.Until(deadline))
+		// The attempt's own deadline: its timeout cuts it, and its caller
+		// gives up on it, first.
+		left, ok := time.Duration(0), false
+		if deadline, has := c.ctx.Deadline(); has {
+			left, ok = time.Until(deadline), true
+		}
+		if at := c.attemptTimeout(); at > 0 && (!ok || at < left) {
+			left, ok = at, true
+		}
+		if ok {
+			out = withTimeLeft(out, left)
 		}
 	}
 	return out
