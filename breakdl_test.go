@@ -216,3 +216,34 @@ func TestPropagateDeadlineAttemptTimeout(t *testing.T) {
 		})
 	}
 }
+
+func TestPropagateDeadlineHedgeTooLate(t *testing.T) {
+	// Attempts take 100ms: after 20, the least an attempt needs is 102.4ms.
+	// A hedge is due 50ms after the first copy. With 130ms left, the first
+	// copy may end in time; a hedge at 50ms could not (152.4ms): it is not
+	// sent. With 200ms left it is.
+	tests := []struct {
+		left time.Duration
+		want string
+	}{
+		{130 * time.Millisecond, "130"},
+		{200 * time.Millisecond, "200 150"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.left.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := &headers{answers: []int{200}, delay: 100 * time.Millisecond}
+				tr := &Transport{Base: base, Policy: Policy{PropagateDeadline: true, HedgeDelay: 50 * time.Millisecond, HedgeRatio: 1}}
+				warm(t, tr, 20)
+				ctx, cancel := context.WithTimeout(context.Background(), tc.left)
+				defer cancel()
+				roundTrip(t, tr, newReq(t, "GET", "").WithContext(ctx))
+				time.Sleep(time.Second)
+				synctest.Wait()
+				if got := strings.Join(base.values()[20:], " "); got != tc.want {
+					t.Errorf("got headers %q; want %q", got, tc.want)
+				}
+			})
+		})
+	}
+}

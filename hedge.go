@@ -301,7 +301,8 @@ func (r *race) abandon() { r.end(-1) }
 // answer, MaxHedges at most. A hedge needs one from the hedge share and a
 // permit due now from the Limiter. Without either, it is asked for again
 // after a quarter of the delay. No hedge is sent once the request's context
-// is done.
+// is done, nor, with Policy.PropagateDeadline, one that the measured
+// latency says cannot end in time.
 //
 // The first answer that is not a retryable failure wins. The other copies
 // are canceled and discarded without being waited for. If every copy fails
@@ -383,8 +384,9 @@ func (c *call) sendHedged(delay time.Duration) {
 				winner = f.i
 			}
 		case <-timer.C:
-			if len(r.copies) >= maxCopies || int(o.hedges.sent) >= p.maxHedges() || o.sent.Context().Err() != nil {
-				continue // no hedge after the caller gave up: the timer stays quiet
+			if len(r.copies) >= maxCopies || int(o.hedges.sent) >= p.maxHedges() || o.sent.Context().Err() != nil ||
+				(p.PropagateDeadline && c.tooLate(0)) {
+				continue // no hedge after the caller gave up, nor one that cannot end in time: the timer stays quiet
 			}
 			next := delay
 			req, ok := c.hedge(r, o.number+len(r.copies), o.hedges.refused > 0)
