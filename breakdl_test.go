@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"math"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -98,18 +100,17 @@ func TestAttemptTimeoutQuantileOverrideCutsNotMeasured(t *testing.T) {
 }
 
 func TestPropagateDeadlinePermitWait(t *testing.T) {
-	// Attempts take 100ms: after 20 the least an attempt needs is 102.4ms.
-	// The limiter gives 100 permits a second, one every 10ms. A request
-	// that gets the permit after another one's waits 10ms for it (within
-	// the tenth of its time left it may wait): with 110ms left, the wait
-	// and the attempt end past its deadline. It is refused at once, and
-	// sends nothing.
+	// Attempts take 100ms: after 20 the least an attempt needs is 81.92ms.
+	// The limiter gives a permit every 8.5ms. A request that gets the
+	// permit after another one's waits 8.5ms for it (within the tenth of
+	// its time left it may wait): with 90ms left, the wait and the attempt
+	// end past its deadline. It is refused at once, and sends nothing.
 	synctest.Test(t, func(t *testing.T) {
 		base := &headers{answers: []int{200}, delay: 100 * time.Millisecond}
 		lim := &RateLimiter{}
 		tr := &Transport{Base: base, Limiter: lim, Policy: Policy{PropagateDeadline: true}}
 		warm(t, tr, 20)
-		holdAt(lim, 100, time.Hour)
+		holdAt(lim, 1/0.0085, time.Hour)
 		done := make(chan struct{})
 		defer func() { <-done }()
 		go func() { // takes the permit due now
@@ -119,7 +120,7 @@ func TestPropagateDeadlinePermitWait(t *testing.T) {
 			}
 		}()
 		synctest.Wait()
-		ctx, cancel := context.WithTimeout(context.Background(), 110*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Millisecond)
 		defer cancel()
 		start := time.Now()
 		resp, err := tr.RoundTrip(newReq(t, "GET", "").WithContext(ctx))
@@ -139,11 +140,11 @@ func TestPropagateDeadlinePermitWait(t *testing.T) {
 
 func TestPropagateDeadlineRetryPermitWait(t *testing.T) {
 	// Attempts take 100ms and answer 503: after 20 of 200, the least an
-	// attempt needs is 102.4ms. The limiter gives a permit every 110ms. The
-	// first attempt takes the one at 0; the retry, due at 100ms, would wait
-	// 10ms (within a tenth of its 110ms left) for the one at 110ms, and end
-	// no sooner than 212.4ms, past the 210ms deadline. It is not waited
-	// for: the last 503 is returned at 100ms.
+	// attempt needs is 81.92ms. The limiter gives a permit every 108.5ms.
+	// The first attempt takes the one at 0; the retry, due at 100ms, would
+	// wait 8.5ms (within a tenth of its 90ms left) for the one at 108.5ms,
+	// and end no sooner than 190.42ms, past the 190ms deadline. It is not
+	// waited for: the last 503 is returned at 100ms.
 	synctest.Test(t, func(t *testing.T) {
 		answers := make([]int, 21)
 		for i := range 20 {
@@ -156,9 +157,9 @@ func TestPropagateDeadlineRetryPermitWait(t *testing.T) {
 		tr := &Transport{Base: base, Limiter: lim, Budget: newTokenBucket(1 << 30),
 			Policy: Policy{PropagateDeadline: true, BaseDelay: time.Nanosecond, Rand: lowRand}}
 		warm(t, tr, 20)
-		holdAt(lim, 1/0.110, time.Hour)
+		holdAt(lim, 1/0.1085, time.Hour)
 		tr.OnAttempt = func(a Attempt) { decisions = append(decisions, a.Decision) }
-		ctx, cancel := context.WithTimeout(context.Background(), 210*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 190*time.Millisecond)
 		defer cancel()
 		start := time.Now()
 		code, _, err := roundTrip(t, tr, newReq(t, "GET", "").WithContext(ctx))
@@ -218,9 +219,9 @@ func TestPropagateDeadlineAttemptTimeout(t *testing.T) {
 }
 
 func TestPropagateDeadlineHedgeTooLate(t *testing.T) {
-	// Attempts take 100ms: after 20, the least an attempt needs is 102.4ms.
+	// Attempts take 100ms: after 20, the least an attempt needs is 81.92ms.
 	// A hedge is due 50ms after the first copy. With 130ms left, the first
-	// copy may end in time; a hedge at 50ms could not (152.4ms): it is not
+	// copy may end in time; a hedge at 50ms could not (131.92ms): it is not
 	// sent. With 200ms left it is.
 	tests := []struct {
 		left time.Duration
@@ -242,6 +243,84 @@ func TestPropagateDeadlineHedgeTooLate(t *testing.T) {
 				synctest.Wait()
 				if got := strings.Join(base.values()[20:], " "); got != tc.want {
 					t.Errorf("got headers %q; want %q", got, tc.want)
+				}
+			})
+		})
+	}
+}
+
+func TestPropagateDeadlinePermitVoided(t *testing.T) {
+	// Attempts take 7s: after 20 the least an attempt needs is 6.5536s.
+	// With 7s left, the permit due at 5ms would do. The request waits for
+	// it; a throttle at 3ms voids it (a cut makes a new schedule), and the
+	// one it asks for again comes near 588ms, within the tenth of the time
+	// left it may wait: the attempt could no longer end in time. It is not
+	// sent: the request ends with StopDeadline when the first wait ends.
+	synctest.Test(t, func(t *testing.T) {
+		var sent []string
+		var mu sync.Mutex
+		base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			mu.Lock()
+			sent = append(sent, r.URL.Path)
+			mu.Unlock()
+			if r.URL.Path == "/throttled" {
+				time.Sleep(3 * time.Millisecond)
+				return &http.Response{StatusCode: 429, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+			}
+			time.Sleep(7 * time.Second)
+			return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+		})
+		lim := &RateLimiter{}
+		tr := &Transport{Base: base, Limiter: lim, Policy: Policy{PropagateDeadline: true}}
+		warm(t, tr, 20)
+		holdAt(lim, 200, time.Hour)
+		done := make(chan struct{})
+		go func() { // takes the permit due now; its 429 at 3ms cuts the rate
+			defer close(done)
+			ctx := WithOverride(context.Background(), Override{MaxAttempts: 1})
+			req, _ := http.NewRequestWithContext(ctx, "GET", "http://example.test/throttled", nil)
+			if resp, err := tr.RoundTrip(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 7*time.Second)
+		defer cancel()
+		start := time.Now()
+		resp, err := tr.RoundTrip(newReq(t, "GET", "").WithContext(ctx))
+		<-done
+		var re *Error
+		if !errors.As(err, &re) || re.Decision != StopDeadline || re.Attempts != 0 || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("got (%v, %v) after %v; want an *Error, %v after 0 attempts, wrapping context.DeadlineExceeded", resp, err, time.Since(start), StopDeadline)
+		}
+		if got := time.Since(start); got != 5*time.Millisecond {
+			t.Errorf("got %v elapsed; want 5ms (the voided permit's wait)", got)
+		}
+		if got := len(sent); got != 21 {
+			t.Errorf("got %d attempts; want 21 (none from the refused request)", got)
+		}
+	})
+}
+
+func TestPropagateDeadlineFailFastNeverRefusesInTime(t *testing.T) {
+	// A refused attempt would have ended in time at most one time in ten.
+	// Every attempt here takes exactly its latency: with a microsecond more
+	// than that left, each would end in time, and it must be sent.
+	for _, latency := range []time.Duration{3 * time.Millisecond, 100 * time.Millisecond, 900 * time.Millisecond, 10 * time.Second} {
+		t.Run(latency.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := &headers{answers: []int{200}, delay: latency}
+				tr := &Transport{Base: base, Policy: Policy{PropagateDeadline: true}}
+				warm(t, tr, 20)
+				ctx, cancel := context.WithTimeout(context.Background(), latency+time.Microsecond)
+				defer cancel()
+				start := time.Now()
+				code, _, err := roundTrip(t, tr, newReq(t, "GET", "").WithContext(ctx))
+				if err != nil || code != 200 {
+					t.Fatalf("with %v left: got (%d, %v); want the 200", latency+time.Microsecond, code, err)
+				}
+				if got := time.Since(start); got != latency {
+					t.Errorf("got the answer after %v; want %v, in time", got, latency)
 				}
 			})
 		})

@@ -108,7 +108,7 @@ type latency struct {
 	gen    atomic.Uint32    // the generation being filled
 	n      atomic.Int64     // samples in it, cut ones included
 	est    atomic.Int64     // the hedge quantile at the last estimate, in ns; 0 before
-	low    atomic.Int64     // failFastQuantile at the last estimate, in ns; 0 before
+	low    atomic.Int64     // failFastQuantile's bucket's bottom at the last estimate, in ns; 0 before
 	turned atomic.Bool      // a generation has turned
 
 	// The measured attempt timeout, in ns; 0 until it forms, from a full
@@ -269,8 +269,10 @@ func (l *latency) estimateFrom(qs quantiles) {
 			l.est.Store(int64(top(b)))
 		}
 	}
-	if b, ok := rank(&sum, failFastQuantile, total); ok {
-		l.low.Store(int64(top(b)))
+	if b, ok := rank(&sum, failFastQuantile, total); ok && b > 0 {
+		// The bucket's bottom: the quantile is no shorter. Its top would
+		// refuse attempts that all end in time.
+		l.low.Store(int64(top(b - 1)))
 	}
 	if qs.timeout > 0 && qs.ceiling > 0 && l.fresh.Load() >= 1 {
 		// The cut attempts rank above every latency measured: when more
@@ -333,8 +335,8 @@ func rank(sum *[latencyBuckets]uint64, q float64, total uint64) (int, bool) {
 // the first.
 func (l *latency) estimate() time.Duration { return time.Duration(l.est.Load()) }
 
-// least returns failFastQuantile's latency at the last estimate, or 0
-// before the first.
+// least returns the bottom of failFastQuantile's bucket at the last
+// estimate, or 0 before the first: the quantile is no shorter.
 func (l *latency) least() time.Duration { return time.Duration(l.low.Load()) }
 
 // attemptTimeout returns the measured attempt timeout, or 0 before it forms.
