@@ -5,8 +5,10 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -325,4 +327,95 @@ func TestPropagateDeadlineFailFastNeverRefusesInTime(t *testing.T) {
 			})
 		})
 	}
+}
+
+func TestHandlerBehindTimeoutHandler(t *testing.T) {
+	// http.TimeoutHandler's deadline is the service's ceiling: Handler inside
+	// it shortens it to the header's, never extends it. Outside it, the
+	// sooner of the two ends the work.
+	tests := []struct {
+		name   string
+		outer  bool // Handler around TimeoutHandler, not inside it
+		header string
+		want   time.Duration
+	}{
+		{"inside, header sooner", false, "50", 45 * time.Millisecond},
+		{"inside, header later", false, "500", 100 * time.Millisecond},
+		{"outside, header sooner", true, "50", 45 * time.Millisecond},
+		{"outside, header later", true, "500", 100 * time.Millisecond},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var left time.Duration
+				inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					d, _ := r.Context().Deadline()
+					left = time.Until(d)
+				})
+				var h http.Handler
+				if tc.outer {
+					h = Handler(http.TimeoutHandler(inner, 100*time.Millisecond, "timeout"))
+				} else {
+					h = http.TimeoutHandler(Handler(inner), 100*time.Millisecond, "timeout")
+				}
+				r := httptest.NewRequest("GET", "/", nil)
+				r.Header.Set("Request-Timeout-Ms", tc.header)
+				h.ServeHTTP(httptest.NewRecorder(), r)
+				if left != tc.want {
+					t.Errorf("got %v left in the handler; want %v", left, tc.want)
+				}
+			})
+		})
+	}
+}
+
+func TestDeadlinesConcurrent(t *testing.T) {
+	// Every option of this file at once, from 8 goroutines, across two
+	// hosts: under -race, no race, every request ends, and nothing is left
+	// running once the answers are read (synctest fails on a goroutine
+	// left blocked).
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int64
+		base := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			d := time.Duration(1+n.Add(1)%7) * 10 * time.Millisecond
+			if r.URL.Host == "slow.test" {
+				d *= 5
+			}
+			timer := time.NewTimer(d)
+			defer timer.Stop()
+			select {
+			case <-timer.C:
+			case <-r.Context().Done():
+				return nil, r.Context().Err()
+			}
+			code := 200
+			if n.Load()%11 == 0 {
+				code = 503
+			}
+			return &http.Response{StatusCode: code, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+		})
+		tr := &Transport{Base: base, PerHost: &PerHost{Limiter: func(string) *RateLimiter { return &RateLimiter{} }},
+			Policy: Policy{PropagateDeadline: true, HedgeQuantile: 0.9, HedgeRatio: 0.2,
+				AttemptTimeout: time.Second, AttemptTimeoutQuantile: 0.99}}
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				for i := range 200 {
+					host := "fast.test"
+					if (g+i)%3 == 0 {
+						host = "slow.test"
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(50+i%400)*time.Millisecond)
+					req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+host+"/", nil)
+					if resp, err := tr.RoundTrip(req); err == nil {
+						resp.Body.Close()
+					}
+					cancel()
+				}
+			})
+		}
+		wg.Wait()
+		time.Sleep(time.Minute) // losing copies end
+		synctest.Wait()
+	})
 }
