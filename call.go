@@ -103,7 +103,7 @@ func (c *call) start(t *Transport, req *http.Request) error {
 		return c.fail(StopCanceled, err, true)
 	}
 	c.setup()
-	if t.Policy.PropagateDeadline && c.tooLate(0) {
+	if t.Policy.PropagateDeadline && c.tooLate(c.lim.permitWait(0)) {
 		return c.fail(StopDeadline, errTooLate, false)
 	}
 	return nil
@@ -198,7 +198,7 @@ func (c *call) budget() Budget {
 // measured one (Policy.AttemptTimeoutQuantile) once it is formed, or
 // Policy.AttemptTimeout.
 func (c *call) attemptTimeout() time.Duration {
-	if c.ov != nil && c.ov.AttemptTimeout > 0 {
+	if c.ownTimeout() {
 		return c.ov.AttemptTimeout
 	}
 	p := &c.t.Policy
@@ -210,10 +210,14 @@ func (c *call) attemptTimeout() time.Duration {
 	return p.AttemptTimeout
 }
 
+// ownTimeout reports whether the request's Override sets its attempt
+// timeout. Its cuts are not counted in the shared latencies.
+func (c *call) ownTimeout() bool { return c.ov != nil && c.ov.AttemptTimeout > 0 }
+
 // timeoutMeasured reports whether the attempt timeout is the measured one,
 // whose cuts the latencies count as censored.
 func (c *call) timeoutMeasured() bool {
-	return c.t.Policy.attemptTimeoutQuantile() > 0 && (c.ov == nil || c.ov.AttemptTimeout <= 0)
+	return c.t.Policy.attemptTimeoutQuantile() > 0 && !c.ownTimeout()
 }
 
 // replayable reports whether the request's body, if any, can be had again.
@@ -222,10 +226,15 @@ func (c *call) replayable() bool {
 }
 
 // acquire takes the next attempt's send permit from the Limiter, if there is
-// one.
+// one. With Policy.PropagateDeadline, a permit after which the attempt
+// could not end in time is refused (errTooLate).
 func (c *call) acquire() error {
 	if c.lim != nil {
-		return c.lim.acquire(c.ctx, &c.permit)
+		var need time.Duration
+		if c.t.Policy.PropagateDeadline {
+			need = c.hs.lat.least()
+		}
+		return c.lim.acquire(c.ctx, &c.permit, need)
 	}
 	return nil
 }
@@ -277,15 +286,25 @@ func (c *call) sendHedgeable() {
 }
 
 // stamp returns the request attempt n sends: out, or a copy of it with the
-// attempt's number and the time it has left, as the Policy asks.
+// attempt's number and the time it has left, as the Policy asks. The time
+// left is the sooner of the request's deadline and the attempt timeout.
 func (c *call) stamp(out *http.Request, n int) *http.Request {
 	p := &c.t.Policy
 	if p.SendAttemptHeader {
 		out = withAttemptHeader(out, n)
 	}
 	if p.PropagateDeadline {
-		if deadline, ok := c.ctx.Deadline(); ok {
-			out = withTimeLeft(out, time.Until(deadline))
+		// The attempt's own deadline: its timeout cuts it, and its caller
+		// gives up on it, first.
+		left, ok := time.Duration(0), false
+		if deadline, has := c.ctx.Deadline(); has {
+			left, ok = time.Until(deadline), true
+		}
+		if at := c.attemptTimeout(); at > 0 && (!ok || at < left) {
+			left, ok = at, true
+		}
+		if ok {
+			out = withTimeLeft(out, left)
 		}
 	}
 	return out
@@ -310,6 +329,9 @@ func (c *call) sendMeasured() {
 	if c.o.cut > 0 && c.timeoutMeasured() {
 		c.hs.lat.cut(c.o.cut, qs)
 		return
+	}
+	if c.o.cut > 0 && c.ownTimeout() {
+		return // the caller's own timeout: nothing learnt of the dependency
 	}
 	c.hs.lat.measure(time.Since(start), qs) // a fixed timeout's cut, as that long
 
@@ -513,7 +535,7 @@ func (c *call) weigh() verdict {
 		v.decision = StopDeadline
 		return v
 	}
-	if p.PropagateDeadline && c.tooLate(v.delay) {
+	if p.PropagateDeadline && c.tooLate(v.delay+c.lim.permitWait(v.delay)) {
 		v.decision, v.late = StopDeadline, true
 		return v
 	}
@@ -629,6 +651,9 @@ func (c *call) wait() error {
 // (why). A retry's tokens go back with cleanup.
 func (c *call) stopBefore(why error) error {
 	d := StopCanceled
+	if errors.Is(why, errTooLate) {
+		d = StopDeadline
+	}
 	if errors.Is(why, ErrRateLimited) {
 		d = StopRateLimited
 		markLayer(c.ctx, d, c.max)
@@ -642,7 +667,7 @@ func (c *call) stopBefore(why error) error {
 	if c.o.err != nil {
 		cause = fmt.Errorf("%w; last attempt: %w", why, c.o.err)
 	}
-	return c.fail(d, cause, true)
+	return c.fail(d, cause, d != StopDeadline || c.n > 0) // a first attempt refused as start refuses it
 }
 
 // fail ends the call with an *Error: the attempts made, decision d, the

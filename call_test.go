@@ -84,6 +84,9 @@ func TestAllocations(t *testing.T) {
 		{"GET with an Override's Timeout", &Transport{Base: ok}, get.WithContext(WithOverride(get.Context(), Override{Timeout: time.Minute})), 6},
 		{"POST with the caller's key", &Transport{Base: ok}, keyed, 0},
 		{"POST, key generated", &Transport{Base: ok}, post, 3},
+		{"GET, AttemptTimeoutQuantile without AttemptTimeout: ignored", &Transport{Base: ok, Policy: Policy{AttemptTimeoutQuantile: 0.999}}, get, 0},
+		{"GET, AttemptTimeout", &Transport{Base: ok, Policy: Policy{AttemptTimeout: time.Second}}, get, 5},
+		{"GET, AttemptTimeoutQuantile of 1: ignored, as AttemptTimeout alone", &Transport{Base: ok, Policy: Policy{AttemptTimeout: time.Second, AttemptTimeoutQuantile: 1}}, get, 5},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

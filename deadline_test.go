@@ -123,9 +123,9 @@ func warm(t *testing.T, tr *Transport, n int) {
 
 func TestPropagateDeadlineFailsFast(t *testing.T) {
 	// Attempts that take 100ms: the estimate of the time an attempt needs
-	// (a tenth of them are quicker) is the top of 100ms's bucket, 102.4ms,
+	// (a tenth of them are quicker) is the bottom of 100ms's bucket, 81.92ms,
 	// after 20 of them.
-	const need = 102400 * time.Microsecond
+	const need = 81920 * time.Microsecond
 	t.Run("a first attempt that cannot end in time is not sent", func(t *testing.T) {
 		for _, tc := range []struct {
 			left     time.Duration
@@ -170,12 +170,12 @@ func TestPropagateDeadlineFailsFast(t *testing.T) {
 				Budget: newTokenBucket(1 << 30), OnAttempt: func(a Attempt) { decisions = append(decisions, a.Decision) }}
 			warm(t, tr, 20)
 			decisions = nil
-			ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), 550*time.Millisecond)
 			defer cancel()
 			start := time.Now()
 			code, _, err := roundTrip(t, tr, newReq(t, "GET", "").WithContext(ctx))
-			// Attempts at 0, 100, 200, 300 and 400ms; at 500ms, 102.4ms more
-			// would end past 600ms: the last 503 is returned.
+			// Attempts at 0, 100, 200, 300 and 400ms; at 500ms, 81.92ms more
+			// would end past 550ms: the last 503 is returned.
 			if err != nil || code != 503 {
 				t.Fatalf("got (%d, %v); want the 503", code, err)
 			}

@@ -111,6 +111,7 @@ type race struct {
 	lat      *latency // nil when not measured
 	qs       quantiles
 	censor   bool // a first copy cut by its timeout is counted as censored
+	own      bool // a first copy cut by the Override's timeout is not counted
 	start    time.Time
 	ctx      context.Context // the request's: a copy the caller canceled is not measured
 	answered bool            // the first copy's answer came in the race; under mu
@@ -194,10 +195,13 @@ func (r *race) answer(a *copyAnswer, hc hedgeCopy) {
 	if !r.over {
 		if a.i == 0 && r.lat != nil && !a.panicked && r.ctx.Err() == nil {
 			// A first copy that failed once its timeout passed was cut by it.
-			if d := time.Since(r.start); r.censor && a.err != nil && d >= r.timeout {
-				r.lat.cut(r.timeout, r.qs) // cut by its measured timeout
-			} else {
+			switch d := time.Since(r.start); {
+			case a.err == nil || d < r.timeout:
 				r.lat.measure(d, r.qs)
+			case r.censor:
+				r.lat.cut(r.timeout, r.qs) // cut by its measured timeout
+			case !r.own:
+				r.lat.measure(d, r.qs) // a fixed timeout's cut, as that long
 			}
 			r.answered = true
 		}
@@ -297,7 +301,8 @@ func (r *race) abandon() { r.end(-1) }
 // answer, MaxHedges at most. A hedge needs one from the hedge share and a
 // permit due now from the Limiter. Without either, it is asked for again
 // after a quarter of the delay. No hedge is sent once the request's context
-// is done.
+// is done, nor, with Policy.PropagateDeadline, one that the measured
+// latency says cannot end in time.
 //
 // The first answer that is not a retryable failure wins. The other copies
 // are canceled and discarded without being waited for. If every copy fails
@@ -324,7 +329,7 @@ func (c *call) sendHedged(delay time.Duration) {
 	c.race = r
 	base := c.t.base()
 	if c.measured {
-		r.lat, r.qs, r.censor = &c.hs.lat, p.quantiles(), c.timeoutMeasured()
+		r.lat, r.qs, r.censor, r.own = &c.hs.lat, p.quantiles(), c.timeoutMeasured(), c.ownTimeout()
 		r.start, r.ctx = time.Now(), o.sent.Context()
 	}
 	r.launch(base, o.sent, hedgeCopy{permit: c.take(), report: c.copyReport()})
@@ -379,8 +384,9 @@ func (c *call) sendHedged(delay time.Duration) {
 				winner = f.i
 			}
 		case <-timer.C:
-			if len(r.copies) >= maxCopies || int(o.hedges.sent) >= p.maxHedges() || o.sent.Context().Err() != nil {
-				continue // no hedge after the caller gave up: the timer stays quiet
+			if len(r.copies) >= maxCopies || int(o.hedges.sent) >= p.maxHedges() || o.sent.Context().Err() != nil ||
+				(p.PropagateDeadline && c.tooLate(0)) {
+				continue // no hedge after the caller gave up, nor one that cannot end in time: the timer stays quiet
 			}
 			next := delay
 			req, ok := c.hedge(r, o.number+len(r.copies), o.hedges.refused > 0)

@@ -108,7 +108,7 @@ type latency struct {
 	gen    atomic.Uint32    // the generation being filled
 	n      atomic.Int64     // samples in it, cut ones included
 	est    atomic.Int64     // the hedge quantile at the last estimate, in ns; 0 before
-	low    atomic.Int64     // failFastQuantile at the last estimate, in ns; 0 before
+	low    atomic.Int64     // failFastQuantile's bucket's bottom at the last estimate, in ns; 0 before
 	turned atomic.Bool      // a generation has turned
 
 	// The measured attempt timeout, in ns; 0 until it forms, from a full
@@ -233,7 +233,7 @@ func (l *latency) cut(at time.Duration, qs quantiles) {
 	l.cuts[g].Add(1)
 	n, c := l.since.Add(1), l.cutSince.Add(1)
 	if cur > 0 && cur < qs.ceiling && c >= censorAlarm && float64(c) > censorAlarm*(1-qs.timeout)*float64(n) {
-		if l.timeout.CompareAndSwap(int64(cur), int64(min(2*cur, qs.ceiling))) {
+		if l.timeout.CompareAndSwap(int64(cur), int64(double(cur, qs.ceiling))) {
 			l.empty()
 			return
 		}
@@ -269,13 +269,15 @@ func (l *latency) estimateFrom(qs quantiles) {
 			l.est.Store(int64(top(b)))
 		}
 	}
-	if b, ok := rank(&sum, failFastQuantile, total); ok {
-		l.low.Store(int64(top(b)))
+	if b, ok := rank(&sum, failFastQuantile, total); ok && b > 0 {
+		// The bucket's bottom: the quantile is no shorter. Its top would
+		// refuse attempts that all end in time.
+		l.low.Store(int64(top(b - 1)))
 	}
 	if qs.timeout > 0 && qs.ceiling > 0 && l.fresh.Load() >= 1 {
 		// The cut attempts rank above every latency measured: when more
 		// than 1-q of the window was cut, the quantile is not known, and
-		// the timeout stays as it is (cut raises it).
+		// the timeout goes up one bucket (doubles past the last one).
 		cuts := uint64(l.cuts[0].Load()) + uint64(l.cuts[1].Load())
 		next := time.Duration(l.timeout.Load())
 		if b, ok := rank(&sum, qs.timeout, total+cuts); ok {
@@ -283,7 +285,7 @@ func (l *latency) estimateFrom(qs quantiles) {
 			// few slowest attempts, and noise should err long.
 			next = top(b + 2)
 		} else if next > 0 {
-			next = top(bucket(next))
+			next = up(next, qs.ceiling)
 		}
 		if next > 0 {
 			l.timeout.Store(int64(min(max(next, minAttemptTimeout), qs.ceiling)))
@@ -293,6 +295,23 @@ func (l *latency) estimateFrom(qs quantiles) {
 		l.since.Store(0)
 		l.cutSince.Store(0)
 	}
+}
+
+// up returns the timeout one bucket above d: the top of d's bucket, or,
+// past the last bucket's top, d doubled. It is never above ceiling.
+func up(d, ceiling time.Duration) time.Duration {
+	if next := top(bucket(d)); next > d {
+		return min(next, ceiling)
+	}
+	return double(d, ceiling)
+}
+
+// double returns 2d, or ceiling if that is less: never an overflow.
+func double(d, ceiling time.Duration) time.Duration {
+	if d > ceiling/2 {
+		return ceiling
+	}
+	return 2 * d
 }
 
 // rank returns the bucket of quantile q among total samples, of which sum
@@ -316,8 +335,8 @@ func rank(sum *[latencyBuckets]uint64, q float64, total uint64) (int, bool) {
 // the first.
 func (l *latency) estimate() time.Duration { return time.Duration(l.est.Load()) }
 
-// least returns failFastQuantile's latency at the last estimate, or 0
-// before the first.
+// least returns the bottom of failFastQuantile's bucket at the last
+// estimate, or 0 before the first: the quantile is no shorter.
 func (l *latency) least() time.Duration { return time.Duration(l.low.Load()) }
 
 // attemptTimeout returns the measured attempt timeout, or 0 before it forms.

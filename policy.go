@@ -143,11 +143,13 @@ type Policy struct {
 
 	// PropagateDeadline makes every attempt carry the time it has left,
 	// in whole milliseconds, in a Request-Timeout-Ms header. It is the
-	// sooner of the context's deadline and Timeout, less the time spent.
+	// sooner of the context's deadline and Timeout, less the time spent,
+	// and of the attempt's timeout.
 	// Handler makes it the deadline of the request it serves. With it, an
 	// attempt that the dependency's measured latency says cannot end in
 	// time is not begun, nor a wait before one: the request fails at once
-	// with StopDeadline. A request without a deadline sends no header.
+	// with StopDeadline. An attempt with neither a deadline nor a timeout
+	// sends no header.
 	// False sends none and refuses nothing early. It costs a copy of the
 	// request and its header per attempt.
 	PropagateDeadline bool

@@ -155,14 +155,21 @@ type permit struct {
 }
 
 // acquire waits for a permit into into, or holds nothing and returns why. A
-// cut or a pause during the wait voids the permit: it asks again.
-func (l *RateLimiter) acquire(ctx context.Context, into *permit) error {
+// cut or a pause during the wait voids the permit: it asks again. With
+// need > 0, a permit after which an attempt of need would end past the
+// context's deadline is given back: errTooLate.
+func (l *RateLimiter) acquire(ctx context.Context, into *permit, need time.Duration) error {
 	due := time.Now()
+	deadline, hasDeadline := ctx.Deadline()
 	for ask := true; ; ask = false {
 		now := time.Now()
 		p, ok := l.reserve(now, due, l.longest(ctx, due), ask)
 		if !ok {
 			return ErrRateLimited
+		}
+		if need > 0 && hasDeadline && p.at.After(now) && !p.at.Add(need).Before(deadline) {
+			p.cancel()
+			return errTooLate
 		}
 		if d := p.at.Sub(now); d > 0 {
 			err := sleep(ctx, d)
@@ -181,6 +188,21 @@ func (l *RateLimiter) acquire(ctx context.Context, into *permit) error {
 		*into = p
 		return nil
 	}
+}
+
+// permitWait is how long an attempt sent after delay would wait for its
+// permit, by the schedule as it is now: 0 for a nil or free limiter.
+func (l *RateLimiter) permitWait(delay time.Duration) time.Duration {
+	if l == nil {
+		return 0
+	}
+	due := time.Now().Add(delay)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.limited {
+		return 0
+	}
+	return max(later(later(l.next, due), l.pause).Sub(due), 0)
 }
 
 // admits reports whether a retry after delay would get a permit in time.
