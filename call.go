@@ -16,11 +16,11 @@ import (
 // acquire a send permit, send, decide, observe, then finish or wait.
 //
 // Whatever the call holds sits in one of its fields until a step hands it
-// on: a request body to the base, a response with its attempt and Timeout
-// to the caller, a retry's Tokens back to their payer, a permit to the
-// attempt that uses it. cleanup, deferred once before anything is taken,
-// releases what is left on every way out, a panicking hook's included, so
-// that no step needs a cleanup of its own.
+// on. A request body goes to the base. A response goes to the caller, with
+// its attempt and Timeout. A retry's tokens go back to their payer, a
+// permit to the attempt that uses it. cleanup, deferred once before
+// anything is taken, releases what is left on every way out. A panicking
+// hook's way out is one, so no step needs a cleanup of its own.
 type call struct {
 	t      *Transport
 	req    *http.Request      // the caller's, never modified
@@ -372,9 +372,10 @@ func (c *call) take() permit {
 
 // sendTimed makes one attempt under Policy.AttemptTimeout: the attempt has a
 // context of its own and a timer that ends it. The timer runs on through the
-// classification (a Classify that peeks into a body that never comes is cut
-// off with the attempt); if it fired first, and the request's context is
-// still alive, the attempt failed with ErrAttemptTimeout, whatever arrived.
+// classification: a Classify that peeks into a body that never comes is cut
+// off with the attempt. If the timer fired first, and the request's context
+// is still alive, the attempt failed with ErrAttemptTimeout, whatever
+// arrived.
 // Once the timer is stopped, the body that is returned can be read for as
 // long as the caller's context allows.
 func (c *call) sendTimed() {
@@ -692,10 +693,10 @@ func (c *call) end(r Report) {
 }
 
 // cleanup releases whatever the call still holds. It runs on every way out
-// of RoundTrip; after a normal return it finds little or nothing, after a
-// panicking hook it closes the bodies, ends the attempt, the hedged copies
-// and the Timeout, and gives back the tokens and the permit of a retry that
-// will not be made. The panic then goes on to the caller.
+// of RoundTrip. After a normal return it finds little or nothing. After a
+// panicking hook it closes the bodies and ends the attempt, the hedged
+// copies and the Timeout. It gives back the tokens and the permit of a
+// retry that will not be made. The panic then goes on to the caller.
 func (c *call) cleanup() {
 	if !c.done {
 		c.release()

@@ -218,12 +218,12 @@ func (l *latency) count(qs quantiles) {
 // its latency unknown and at least at. A cut under a timeout shorter than
 // the current one tells nothing more and is not counted.
 //
-// Once censorAlarm attempts, and more than censorAlarm times the share 1-q
-// of the attempts, were cut since the last estimate, the quantile is above
-// the timeout, by more than chance: the timeout doubles (to the ceiling at
-// most) and the window is emptied, so that latencies measured under the
-// old timeout, all shorter than it, do not lower it again. The window
-// fills anew under the new timeout, which only rises meanwhile.
+// Say censorAlarm attempts, and more than censorAlarm times the share 1-q
+// of the attempts, were cut since the last estimate. Then the quantile is
+// above the timeout, by more than chance. The timeout doubles, to the
+// ceiling at most, and the window is emptied. Latencies measured under the
+// old timeout, all shorter than it, would lower it again. The window fills
+// anew under the new timeout, which only rises meanwhile.
 func (l *latency) cut(at time.Duration, qs quantiles) {
 	cur := time.Duration(l.timeout.Load())
 	if at < cur {

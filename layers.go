@@ -63,10 +63,10 @@ func noRetrySignal(h http.Header) bool {
 }
 
 // exhaustedReason returns the exhaustedHeader value for a final decision
-// that ended retrying because retries were used up or refused, and "" for
-// any other: a request that succeeded, failed permanently, was canceled, or
-// made only its one allowed attempt (a layer with MaxAttempts 1 retries
-// nothing, so the layer above it may).
+// that ended retrying because retries were used up or refused. It returns
+// "" for any other: a request that succeeded, failed permanently, was
+// canceled, or made only its one allowed attempt. A layer with MaxAttempts
+// 1 retries nothing, so the layer above it may.
 func exhaustedReason(d Decision, maxAttempts int) string {
 	switch d {
 	case StopAttempts:
@@ -120,11 +120,11 @@ func requestAttempt(r *http.Request) int {
 // package's own (docs/design.md gives the choice).
 const timeLeftHeader = "Request-Timeout-Ms"
 
-// replyMargin is the time Handler keeps for the answer's way back: the
-// request is served under the deadline its caller sent, less replyMargin,
-// so that an answer made at the last moment still reaches the caller in
-// time (the Google SRE book, "Handling Overload": reduce the outgoing
-// deadline a little for transit and post-processing).
+// replyMargin is the time Handler keeps for the answer's way back. The
+// request is served under the deadline its caller sent, less replyMargin.
+// An answer made at the last moment then still reaches the caller in time.
+// The Google SRE book ("Handling Overload") cuts the outgoing deadline a
+// little for transit and post-processing.
 const replyMargin = 5 * time.Millisecond
 
 // maxInboundTimeout is the longest deadline Handler takes from a request
@@ -139,10 +139,10 @@ func withTimeLeft(out *http.Request, left time.Duration) *http.Request {
 	return r
 }
 
-// inboundDeadline returns the deadline that the values vs of timeLeftHeader
-// give a request that arrives now with context ctx, less replyMargin, and
-// false when it gives none: a value that is not one run of ASCII digits,
-// several values, or a deadline no sooner than the one ctx already has. A
+// inboundDeadline returns the deadline, less replyMargin, that the values
+// vs of timeLeftHeader give a request arriving now with context ctx. It
+// reports false when they give none. That is a value that is not one run
+// of ASCII digits, several values, or a deadline no sooner than ctx's. A
 // value longer than maxInboundTimeout is clamped to it.
 func inboundDeadline(ctx context.Context, vs []string, now time.Time) (time.Time, bool) {
 	if len(vs) != 1 || vs[0] == "" {
@@ -187,16 +187,15 @@ func inboundDeadline(ctx context.Context, vs []string, now time.Time) (time.Time
 // http.ResponseController reads them, and unwraps for its other methods. A
 // request costs two allocations; nothing else happens unless a call fails.
 //
-// A request with a Request-Timeout-Ms header, as a Transport with
-// Policy.PropagateDeadline sends, is served under that deadline: the
-// service's own Transport and database calls see it, and stop when its
-// caller would stop waiting, less replyMargin for the answer's way back.
-// The header is a count of milliseconds. Any
-// other value, or several, is ignored, never an error to the client. A
-// deadline the request already has (http.TimeoutHandler's, or its
-// server's BaseContext's) is never extended. Without one, the ceiling is
-// maxInboundTimeout. The header stays on the request, so that a proxy
-// passes it on. Such a request costs a timer and its context more.
+// A Transport with Policy.PropagateDeadline sends a Request-Timeout-Ms
+// header. A request with one is served under that deadline, less 5ms for
+// the answer's way back. The service's own Transport and database calls
+// see it, and stop when its caller would stop waiting. The header is a
+// count of milliseconds. Any other value, or several, is ignored, never an
+// error to the client. A deadline the request already has is never
+// extended: http.TimeoutHandler's, or its server's BaseContext's. Without
+// one, the ceiling is 5 minutes. The header stays on the request, so that
+// a proxy passes it on. Such a request costs a timer and its context more.
 func Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		lw := &layerWriter{rw: w}
