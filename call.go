@@ -325,16 +325,7 @@ func (c *call) sendMeasured() {
 	if c.ctx.Err() != nil {
 		return
 	}
-	qs := c.t.Policy.quantiles()
-	if c.o.cut > 0 && c.timeoutMeasured() {
-		c.hs.lat.cut(c.o.cut, qs)
-		return
-	}
-	if c.o.cut > 0 && c.ownTimeout() {
-		return // the caller's own timeout: nothing learnt of the dependency
-	}
-	c.hs.lat.measure(time.Since(start), qs) // a fixed timeout's cut, as that long
-
+	c.hs.lat.attempt(time.Since(start), c.o.cut, c.timeoutMeasured(), c.ownTimeout(), c.t.Policy.quantiles())
 }
 
 // sendOne makes an attempt that is not hedged.

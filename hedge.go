@@ -195,14 +195,11 @@ func (r *race) answer(a *copyAnswer, hc hedgeCopy) {
 	if !r.over {
 		if a.i == 0 && r.lat != nil && !a.panicked && r.ctx.Err() == nil {
 			// A first copy that failed once its timeout passed was cut by it.
-			switch d := time.Since(r.start); {
-			case a.err == nil || d < r.timeout:
-				r.lat.measure(d, r.qs)
-			case r.censor:
-				r.lat.cut(r.timeout, r.qs) // cut by its measured timeout
-			case !r.own:
-				r.lat.measure(d, r.qs) // a fixed timeout's cut, as that long
+			d, cut := time.Since(r.start), time.Duration(0)
+			if a.err != nil && r.timeout > 0 && d >= r.timeout {
+				cut = r.timeout
 			}
+			r.lat.attempt(d, cut, r.censor, r.own, r.qs)
 			r.answered = true
 		}
 		r.answers <- *a
@@ -443,7 +440,8 @@ func (c *call) hedge(r *race, n int, again bool) (*http.Request, bool) {
 	hc.quota = &c.hs.quota
 	if c.lim != nil {
 		var ok bool
-		if hc.permit, ok = c.lim.reserve(time.Now(), time.Now(), 0, false); !ok {
+		now := time.Now()
+		if hc.permit, ok = c.lim.reserve(now, now, 0, false); !ok {
 			hc.giveBack() // a throttled client sends no extra copies
 			return nil, false
 		}

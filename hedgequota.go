@@ -241,6 +241,21 @@ func (l *latency) cut(at time.Duration, qs quantiles) {
 	l.count(qs)
 }
 
+// attempt counts an attempt that took d. One that a timeout of cut ended
+// (cut > 0) counts by whose timeout it was. A measured timeout's cut is
+// censored. The request's own timeout tells nothing of the dependency. A
+// fixed timeout's cut counts as that long.
+func (l *latency) attempt(d, cut time.Duration, measuredTimeout, ownTimeout bool, qs quantiles) {
+	switch {
+	case cut == 0:
+		l.measure(d, qs)
+	case measuredTimeout:
+		l.cut(cut, qs)
+	case !ownTimeout:
+		l.measure(d, qs)
+	}
+}
+
 // empty starts the window afresh, after a raise of the timeout.
 func (l *latency) empty() {
 	for g := range l.counts {

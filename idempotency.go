@@ -2,6 +2,7 @@ package retryhttp
 
 import (
 	"crypto/rand"
+	"encoding/hex"
 	"net/http"
 	"strings"
 	"sync"
@@ -117,25 +118,15 @@ func (s *keySource) newUUID(dst *[36]byte) {
 
 // encodeUUID writes u in its canonical form, xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
 func encodeUUID(dst *[36]byte, u *[16]byte) {
-	encodeHex(dst[0:8], u[0:4])
+	hex.Encode(dst[0:8], u[0:4])
 	dst[8] = '-'
-	encodeHex(dst[9:13], u[4:6])
+	hex.Encode(dst[9:13], u[4:6])
 	dst[13] = '-'
-	encodeHex(dst[14:18], u[6:8])
+	hex.Encode(dst[14:18], u[6:8])
 	dst[18] = '-'
-	encodeHex(dst[19:23], u[8:10])
+	hex.Encode(dst[19:23], u[8:10])
 	dst[23] = '-'
-	encodeHex(dst[24:36], u[10:16])
-}
-
-// encodeHex writes src into dst in lower-case hex, as hex.Encode does.
-func encodeHex(dst, src []byte) {
-	const digits = "0123456789abcdef"
-	_ = dst[2*len(src)-1]
-	for i, c := range src {
-		dst[2*i] = digits[c>>4]
-		dst[2*i+1] = digits[c&0x0f]
-	}
+	hex.Encode(dst[24:36], u[10:16])
 }
 
 // headerKey returns the value of header name in h, looking first under the

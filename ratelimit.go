@@ -202,7 +202,7 @@ func (l *RateLimiter) permitWait(delay time.Duration) time.Duration {
 	if !l.limited {
 		return 0
 	}
-	return max(later(later(l.next, due), l.pause).Sub(due), 0)
+	return max(l.free(due).Sub(due), 0)
 }
 
 // admits reports whether a retry after delay would get a permit in time.
@@ -210,7 +210,7 @@ func (l *RateLimiter) admits(ctx context.Context, delay time.Duration) bool {
 	due := time.Now().Add(delay)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.limited && later(later(l.next, due), l.pause).After(due.Add(l.longest(ctx, due))) {
+	if l.limited && l.free(due).After(due.Add(l.longest(ctx, due))) {
 		l.refused++
 		return false
 	}
@@ -239,7 +239,7 @@ func (l *RateLimiter) reserve(now, due time.Time, longest time.Duration, ask boo
 		l.sent.add(now)
 		return permit{l: l}, true
 	}
-	at := later(later(l.next, now), l.pause)
+	at := l.free(now)
 	if at.Sub(due) > max(longest, 0) {
 		l.refused++
 		return permit{}, false
@@ -289,6 +289,10 @@ func (p *permit) answered(pol *Policy, resp *http.Response, err error, class Cla
 		l.hold = max(l.hold, now.Add(pause).Sub(l.cutAt).Seconds())
 	}
 }
+
+// free is the first time at or after t that a permit may be sent for.
+// Must hold mu.
+func (l *RateLimiter) free(t time.Time) time.Time { return later(later(l.next, t), l.pause) }
 
 func later(a, b time.Time) time.Time {
 	if a.After(b) {
