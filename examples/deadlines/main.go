@@ -4,7 +4,7 @@
 //
 //	go run ./examples/deadlines              # the tables
 //	go run ./examples/deadlines -json        # the same, as JSON (docs/deadlines.json)
-//	go run ./examples/deadlines -scale 0.05  # shorter (CI)
+//	go run ./examples/deadlines -scale 0.05 -seeds 1  # shorter (CI)
 //
 // Chains: a caller with a 1s deadline calls S1, which calls S2, which calls
 // S3, which calls the bottom, each through a Transport and under Handler.
@@ -18,6 +18,9 @@
 // 60ms, then median 50ms and p99.9 500ms, then back; one attempt in 2,000
 // hangs. A fixed AttemptTimeout of 60ms is compared with
 // AttemptTimeoutQuantile 0.999 under an AttemptTimeout of 2s.
+//
+// Each scenario runs once per seed, and the counts are summed over the
+// seeds: a regime holds about 5 hung attempts a seed, too few for a median.
 package main
 
 import (
@@ -48,16 +51,26 @@ import (
 func main() {
 	asJSON := flag.Bool("json", false, "print one JSON object instead of tables")
 	scale := flag.Float64("scale", 1, "share of the requests of each scenario (1: the saved run)")
-	seed := flag.Uint64("seed", 1, "the seed of the latencies drawn")
+	seed := flag.Uint64("seed", 1, "the first seed of the latencies drawn")
+	nseeds := flag.Int("seeds", 3, "seeds to run each scenario with, from -seed on")
 	only := flag.String("only", "", "run only the chains or the shift")
 	flag.Parse()
 	n := func(k int) int { return max(int(float64(k)**scale), 20) }
 
-	res := result{Seed: *seed, Scale: *scale}
+	res := result{Seed: *seed, Seeds: max(*nseeds, 1), Scale: *scale}
+	var seeds []uint64
+	for i := range res.Seeds {
+		seeds = append(seeds, *seed+uint64(i))
+	}
 	for _, detached := range []bool{false, true} {
 		for _, propagate := range []bool{false, true} {
 			if *only != "shift" {
-				res.Chains = append(res.Chains, runChain(n(chainRequests), detached, propagate, *seed))
+				var c chainResult
+				for _, s := range seeds {
+					c.add(runChain(n(chainRequests), detached, propagate, s))
+				}
+				c.round()
+				res.Chains = append(res.Chains, c)
 			}
 		}
 	}
@@ -72,7 +85,7 @@ func main() {
 	}
 	for _, quantile := range []bool{false, true} {
 		if *only != "chains" {
-			res.Shift.Runs = append(res.Shift.Runs, runShift(regimes, quantile, *seed))
+			res.Shift.Runs = append(res.Shift.Runs, runShift(regimes, quantile, seeds))
 		}
 	}
 	if *asJSON {
@@ -88,14 +101,15 @@ func main() {
 }
 
 type result struct {
-	Seed   uint64        `json:"seed"`
+	Seed   uint64        `json:"seed"`  // the first seed
+	Seeds  int           `json:"seeds"` // how many, from Seed on
 	Scale  float64       `json:"scale"`
 	Chains []chainResult `json:"chains"`
 	Shift  shiftScenario `json:"shift"`
 }
 
-// chainResult is one chain's run: what the caller got and what the bottom
-// did.
+// chainResult is one chain's runs, summed over the seeds: what the callers
+// got and what the bottom did.
 type chainResult struct {
 	Name      string `json:"name"`
 	Detached  bool   `json:"detached_hop"`
@@ -110,11 +124,42 @@ type chainResult struct {
 	EndedAfterGiveUp int     `json:"bottom_ended_after_caller_gave_up"`
 	BusySeconds      float64 `json:"bottom_busy_seconds"`
 	BusyAfterGiveUp  float64 `json:"bottom_busy_seconds_after_caller_gave_up"`
+	// The busy time of the attempts that answered before their caller
+	// gave up. No scheme that keeps those answers can cut it: the most
+	// that can be cut is the share of the rest.
+	BusyInTime float64 `json:"bottom_busy_seconds_answered_in_time"`
+	MostCut    float64 `json:"most_work_any_scheme_can_cut"`
 	// Attempts S3 did not send because too little time was left
 	// (StopDeadline before an attempt), with the expected number of them
 	// that would have ended in time, from the bottom's distribution.
+	// Answered counts the 503s too: no scheme knows them before.
 	Refused            int     `json:"refused_attempts"`
 	RefusedWouldFinish float64 `json:"refused_would_have_finished"`
+}
+
+// add sums run r into c.
+func (c *chainResult) add(r chainResult) {
+	c.Name, c.Detached, c.Propagate = r.Name, r.Detached, r.Propagate
+	c.Requests += r.Requests
+	c.CallerOK += r.CallerOK
+	c.BottomAttempts += r.BottomAttempts
+	c.BottomAnswered += r.BottomAnswered
+	c.EndedAfterGiveUp += r.EndedAfterGiveUp
+	c.BusySeconds += r.BusySeconds
+	c.BusyAfterGiveUp += r.BusyAfterGiveUp
+	c.BusyInTime += r.BusyInTime
+	c.Refused += r.Refused
+	c.RefusedWouldFinish += r.RefusedWouldFinish
+}
+
+// round rounds the sums for the report, and sets MostCut.
+func (c *chainResult) round() {
+	if c.BusySeconds > 0 {
+		c.MostCut = round(1-c.BusyInTime/c.BusySeconds, 3)
+	}
+	c.BusySeconds, c.BusyAfterGiveUp = round(c.BusySeconds, 3), round(c.BusyAfterGiveUp, 3)
+	c.BusyInTime = round(c.BusyInTime, 3)
+	c.RefusedWouldFinish = round(c.RefusedWouldFinish, 2)
 }
 
 const (
@@ -138,6 +183,7 @@ type bottom struct {
 	after     int
 	busy      time.Duration
 	busyAfter time.Duration
+	busyOK    time.Duration // of attempts answered before their caller gave up
 	inflight  atomic.Int64
 }
 
@@ -168,6 +214,8 @@ func (b *bottom) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if gu := v.(time.Time); end.After(gu) {
 			b.after++
 			b.busyAfter += end.Sub(later(start, gu))
+		} else if done {
+			b.busyOK += end.Sub(start)
 		}
 	}
 	b.mu.Unlock()
@@ -302,8 +350,7 @@ func runChain(requests int, detached, propagate bool, seed uint64) chainResult {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	res.BottomAttempts, res.BottomAnswered, res.EndedAfterGiveUp = b.attempts, b.answered, b.after
-	res.BusySeconds, res.BusyAfterGiveUp = round(b.busy.Seconds(), 3), round(b.busyAfter.Seconds(), 3)
-	res.RefusedWouldFinish = round(res.RefusedWouldFinish, 2)
+	res.BusySeconds, res.BusyAfterGiveUp, res.BusyInTime = b.busy.Seconds(), b.busyAfter.Seconds(), b.busyOK.Seconds()
 	return res
 }
 
@@ -338,6 +385,8 @@ type shiftScenario struct {
 	FixedTimeoutMs float64    `json:"fixed_timeout_ms"`
 	CeilingMs      float64    `json:"quantile_ceiling_ms"`
 	HangEvery      int        `json:"hang_every"`
+	// Each run's regimes hold the counts of every seed, summed; Requests is
+	// a seed's. Cuts, for the chart, is the first seed's.
 	Runs           []shiftRun `json:"runs"`
 }
 
@@ -377,7 +426,7 @@ func draw(seed uint64, id, n int, r regime) time.Duration {
 	return time.Duration(r.MedianMs * math.Exp(sigma*rng.NormFloat64()) * float64(time.Millisecond))
 }
 
-func runShift(regimes []regime, quantile bool, seed uint64) shiftRun {
+func runShift(regimes []regime, quantile bool, seeds []uint64) shiftRun {
 	// The regime of each request, by its number.
 	var bounds []int
 	total := 0
@@ -389,6 +438,48 @@ func runShift(regimes []regime, quantile bool, seed uint64) shiftRun {
 		i, _ := slices.BinarySearch(bounds, id+1)
 		return i
 	}
+	run := shiftRun{Name: "fixed AttemptTimeout 60ms"}
+	policy := retryhttp.Policy{AttemptTimeout: 60 * time.Millisecond, SendAttemptHeader: true}
+	if quantile {
+		run.Name = "AttemptTimeoutQuantile 0.999, AttemptTimeout 2s"
+		policy = retryhttp.Policy{AttemptTimeout: 2 * time.Second, AttemptTimeoutQuantile: 0.999, SendAttemptHeader: true}
+	}
+	stats := make([]regimeStats, len(regimes))
+	holds := make([][]float64, len(regimes))
+	for i, r := range regimes {
+		stats[i] = regimeStats{Name: r.Name, MedianMs: r.MedianMs, P999Ms: r.P999Ms, Requests: r.Requests}
+	}
+	for i, seed := range seeds {
+		cuts := shiftOnce(regimes, regimeOf, policy, seed, stats, holds)
+		if i == 0 {
+			run.Cuts = cuts
+		}
+	}
+	for i := range stats {
+		s := &stats[i]
+		if s.Attempts > 0 {
+			s.FalseRate = round(float64(s.FalseTimeouts)/float64(s.Attempts), 5)
+		}
+		if h := holds[i]; len(h) > 0 {
+			slices.Sort(h)
+			s.HoldMedianMs, s.HoldMaxMs = round(h[len(h)/2], 1), round(h[len(h)-1], 1)
+			s.HoldOverP999 = round(s.HoldMedianMs/s.P999Ms, 2)
+		}
+	}
+	run.Regimes = stats
+	return run
+}
+
+// shiftOnce runs the regimes once with a new Transport and server, adds
+// its counts to stats and its hung attempts' holds to holds, and returns
+// the attempt timeout met by each attempt cut, by request number.
+func shiftOnce(regimes []regime, regimeOf func(int) int, policy retryhttp.Policy, seed uint64,
+	stats []regimeStats, holds [][]float64) [][2]float64 {
+	total := 0
+	for _, r := range regimes {
+		total += r.Requests
+	}
+	var cuts [][2]float64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, _ := strconv.Atoi(r.Header.Get("X-Request-Id"))
 		n, _ := strconv.Atoi(r.Header.Get("Retry-Attempt"))
@@ -407,17 +498,6 @@ func runShift(regimes []regime, quantile bool, seed uint64) shiftRun {
 	}))
 	defer srv.Close()
 
-	run := shiftRun{Name: "fixed AttemptTimeout 60ms"}
-	policy := retryhttp.Policy{AttemptTimeout: 60 * time.Millisecond, SendAttemptHeader: true}
-	if quantile {
-		run.Name = "AttemptTimeoutQuantile 0.999, AttemptTimeout 2s"
-		policy = retryhttp.Policy{AttemptTimeout: 2 * time.Second, AttemptTimeoutQuantile: 0.999, SendAttemptHeader: true}
-	}
-	stats := make([]regimeStats, len(regimes))
-	holds := make([][]float64, len(regimes))
-	for i, r := range regimes {
-		stats[i] = regimeStats{Name: r.Name, MedianMs: r.MedianMs, P999Ms: r.P999Ms, Requests: r.Requests}
-	}
 	var mu sync.Mutex
 	tr := &retryhttp.Transport{Policy: policy, Budget: retryhttp.NewTokenBucket(math.MaxInt32),
 		OnAttempt: func(a retryhttp.Attempt) {
@@ -431,7 +511,7 @@ func runShift(regimes []regime, quantile bool, seed uint64) shiftRun {
 				return
 			}
 			ms := float64(a.Duration) / float64(time.Millisecond)
-			run.Cuts = append(run.Cuts, [2]float64{float64(id), round(ms, 2)})
+			cuts = append(cuts, [2]float64{float64(id), round(ms, 2)})
 			if draw(seed, id, a.Number, regimes[i]) < 0 {
 				s.Hung++
 				holds[i] = append(holds[i], ms)
@@ -467,38 +547,26 @@ func runShift(regimes []regime, quantile bool, seed uint64) shiftRun {
 	}
 	close(ids)
 	wg.Wait()
-	for i := range stats {
-		s := &stats[i]
-		if s.Attempts > 0 {
-			s.FalseRate = round(float64(s.FalseTimeouts)/float64(s.Attempts), 5)
-		}
-		if h := holds[i]; len(h) > 0 {
-			slices.Sort(h)
-			s.HoldMedianMs, s.HoldMaxMs = round(h[len(h)/2], 1), round(h[len(h)-1], 1)
-			s.HoldOverP999 = round(s.HoldMedianMs/s.P999Ms, 2)
-		}
-	}
-	run.Regimes = stats
-	slices.SortFunc(run.Cuts, func(a, b [2]float64) int { return int(a[0] - b[0]) })
-	return run
+	slices.SortFunc(cuts, func(a, b [2]float64) int { return int(a[0] - b[0]) })
+	return cuts
 }
 
 func print(res result) {
 	if len(res.Chains) == 0 {
 		res.Chains = []chainResult{{}}
 	}
-	fmt.Printf("Chains: a caller with a %v deadline, 4 services, a bottom lognormal of median %v and p99 %v (%d requests each)\n\n",
-		callerDeadline, bottomMedian, bottomP99, res.Chains[0].Requests)
-	fmt.Printf("%-56s %-10s %9s %9s %14s %10s %14s %8s\n", "chain", "propagate", "caller ok", "attempts", "ended after", "busy (s)", "busy after (s)", "refused")
+	fmt.Printf("Chains: a caller with a %v deadline, 4 services, a bottom lognormal of median %v and p99 %v (%d requests each, %d seeds)\n\n",
+		callerDeadline, bottomMedian, bottomP99, res.Chains[0].Requests, res.Seeds)
+	fmt.Printf("%-56s %-10s %9s %9s %14s %10s %14s %12s %8s\n", "chain", "propagate", "caller ok", "attempts", "ended after", "busy (s)", "busy after (s)", "most cut", "refused")
 	for _, c := range res.Chains {
-		fmt.Printf("%-56s %-10v %9d %9d %14d %10.1f %14.1f %8d\n", c.Name, c.Propagate, c.CallerOK, c.BottomAttempts,
-			c.EndedAfterGiveUp, c.BusySeconds, c.BusyAfterGiveUp, c.Refused)
+		fmt.Printf("%-56s %-10v %9d %9d %14d %10.1f %14.1f %11.1f%% %8d\n", c.Name, c.Propagate, c.CallerOK, c.BottomAttempts,
+			c.EndedAfterGiveUp, c.BusySeconds, c.BusyAfterGiveUp, 100*c.MostCut, c.Refused)
 	}
-	fmt.Printf("\nShift: median 5ms, p99.9 60ms -> 50ms, 500ms -> back; one attempt in %d hangs\n", res.Shift.HangEvery)
+	fmt.Printf("\nShift: median 5ms, p99.9 60ms -> 50ms, 500ms -> back; one attempt in %d hangs; %d seeds\n", res.Shift.HangEvery, res.Seeds)
 	for _, r := range res.Shift.Runs {
-		fmt.Printf("\n%s\n%-11s %9s %9s %8s %8s %14s %12s\n", r.Name, "regime", "attempts", "false", "rate", "hung", "hold median", "hold max")
+		fmt.Printf("\n%s\n%-11s %9s %9s %8s %8s %14s %12s %10s\n", r.Name, "regime", "attempts", "false", "rate", "hung", "hold median", "hold max", "/ p99.9")
 		for _, s := range r.Regimes {
-			fmt.Printf("%-11s %9d %9d %7.3f%% %8d %12.1fms %10.1fms\n", s.Name, s.Attempts, s.FalseTimeouts, 100*s.FalseRate, s.Hung, s.HoldMedianMs, s.HoldMaxMs)
+			fmt.Printf("%-11s %9d %9d %7.3f%% %8d %12.1fms %10.1fms %9.2fx\n", s.Name, s.Attempts, s.FalseTimeouts, 100*s.FalseRate, s.Hung, s.HoldMedianMs, s.HoldMaxMs, s.HoldOverP999)
 		}
 	}
 }
