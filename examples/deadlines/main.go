@@ -381,13 +381,13 @@ type regime struct {
 }
 
 type shiftScenario struct {
-	Quantile       float64    `json:"quantile"`
-	FixedTimeoutMs float64    `json:"fixed_timeout_ms"`
-	CeilingMs      float64    `json:"quantile_ceiling_ms"`
-	HangEvery      int        `json:"hang_every"`
+	Quantile       float64 `json:"quantile"`
+	FixedTimeoutMs float64 `json:"fixed_timeout_ms"`
+	CeilingMs      float64 `json:"quantile_ceiling_ms"`
+	HangEvery      int     `json:"hang_every"`
 	// Each run's regimes hold the counts of every seed, summed; Requests is
 	// a seed's. Cuts, for the chart, is the first seed's.
-	Runs           []shiftRun `json:"runs"`
+	Runs []shiftRun `json:"runs"`
 }
 
 type shiftRun struct {
