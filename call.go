@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"sync/atomic"
+	"sync"
 	"time"
 )
 
@@ -66,6 +66,7 @@ type outcome struct {
 	release    func()        // ends the attempt's own context
 	timer      *time.Timer   // Policy.AttemptTimeout's, while it runs
 	cut        time.Duration // the attempt timeout that cut it, or 0
+	cutCounted bool          // the timer counted the cut as it made it (stretch)
 	permitWait time.Duration
 	start      time.Time // when observing
 	hedges     hedgeStats
@@ -319,10 +320,10 @@ func (c *call) sendMeasured() {
 		c.sendOne()
 		return
 	}
-	c.o.cut = 0
+	c.o.cut, c.o.cutCounted = 0, false
 	start := time.Now()
 	c.sendOne()
-	if c.ctx.Err() != nil {
+	if c.ctx.Err() != nil || c.o.cutCounted {
 		return
 	}
 	c.hs.lat.attempt(time.Since(start), c.o.cut, c.timeoutMeasured(), c.ownTimeout(), c.t.Policy.quantiles())
@@ -378,20 +379,23 @@ func (c *call) sendTimed() {
 	o.cut = 0
 	var st *stretch
 	if c.timeoutMeasured() {
-		st = &stretch{lat: &c.hs.lat, ceiling: p.AttemptTimeout, release: release}
-		st.limit.Store(int64(timeout))
+		st = &stretch{lat: &c.hs.lat, qs: p.quantiles(), ctx: c.ctx, release: release, limit: timeout}
+		st.mu.Lock()
 		o.timer = time.AfterFunc(timeout, st.fire)
-		st.timer.Store(o.timer)
+		st.timer = o.timer
+		st.mu.Unlock()
 	} else {
 		o.timer = time.AfterFunc(timeout, release)
 	}
 	o.resp, o.err = roundTripOnce(c.t.base(), o.sent.WithContext(actx))
 	o.class = c.classify(o.resp, o.err)
-	fired := !o.timer.Stop()
-	o.timer = nil
+	var fired bool
 	if st != nil {
-		timeout = time.Duration(st.limit.Load())
+		fired, timeout, o.cutCounted = st.stop()
+	} else {
+		fired = !o.timer.Stop()
 	}
+	o.timer = nil
 	switch {
 	case fired && o.sent.Context().Err() == nil:
 		discard(o.resp, release)
@@ -409,25 +413,52 @@ func (c *call) sendTimed() {
 // stretch is the timer of an attempt under a measured timeout. When it
 // fires, a timeout measured longer since the attempt began takes over. An
 // attempt in flight when the dependency slowed is then not cut by the
-// shorter estimate it started under.
+// shorter estimate it started under. A cut is counted as it is made, not
+// when its attempt returns. A base slow to end a canceled attempt would
+// otherwise delay the raise, and the old timeout would cut more.
 type stretch struct {
-	timer   atomic.Pointer[time.Timer]
-	limit   atomic.Int64 // the timeout in force, in ns
 	lat     *latency
-	ceiling time.Duration // Policy.AttemptTimeout
-	release func()
+	qs      quantiles       // ceiling is Policy.AttemptTimeout
+	ctx     context.Context // the request's: a cut after it ended is not counted
+	release func()          // ends the attempt
+
+	mu           sync.Mutex
+	timer        *time.Timer
+	limit        time.Duration // the timeout in force
+	stopped      bool          // the attempt returned first
+	cut, counted bool          // fire cut the attempt; and counted the cut
 }
 
+// fire runs when the timer does: it stretches the attempt to a longer
+// measured timeout, or cuts it.
 func (s *stretch) fire() {
-	limit := time.Duration(s.limit.Load())
-	if now := min(s.lat.attemptTimeout(), s.ceiling); now > limit {
-		if t := s.timer.Load(); t != nil {
-			s.limit.Store(int64(now))
-			t.Reset(now - limit)
-			return
-		}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return
+	}
+	if now := min(s.lat.attemptTimeout(), s.qs.ceiling); now > s.limit {
+		s.timer.Reset(now - s.limit)
+		s.limit = now
+		return
+	}
+	s.cut = true
+	if s.ctx.Err() == nil {
+		s.lat.cut(s.limit, s.qs)
+		s.counted = true
 	}
 	s.release()
+}
+
+// stop ends the timer once the attempt returned. It reports whether fire
+// cut the attempt first, the timeout in force, and whether the cut was
+// counted.
+func (s *stretch) stop() (cut bool, limit time.Duration, counted bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopped = true
+	s.timer.Stop()
+	return s.cut, s.limit, s.counted
 }
 
 // decide settles the tokens of the retry just made (refunded if it

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -713,6 +714,62 @@ func TestAttemptTimeoutQuantileStretchesAttemptsInFlight(t *testing.T) {
 			if got != 15360*time.Microsecond {
 				t.Errorf("hung attempt %d cut after %v; want 15.36ms", i, got)
 			}
+		}
+	})
+}
+
+// slowAbortBase answers after its latency, and returns from a canceled
+// request only once that latency has passed too: a base, or a loaded
+// machine, slow to end what was canceled.
+type slowAbortBase struct {
+	n       atomic.Int64
+	latency func(n int64) time.Duration // n counts from 1
+}
+
+func (b *slowAbortBase) RoundTrip(r *http.Request) (*http.Response, error) {
+	time.Sleep(b.latency(b.n.Add(1)))
+	if err := r.Context().Err(); err != nil {
+		return nil, err
+	}
+	return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+}
+
+func TestAttemptTimeoutQuantileCountsACutWhenItFires(t *testing.T) {
+	// 1000 attempts of 10ms set the timeout at 15.36ms. Then ten of 20ms
+	// start 1ms apart, on a base that returns from a canceled request only
+	// after its 20ms. The first four are cut when their timers fire, at
+	// 15.36ms; the fourth cut doubles the timeout at once, so the other six
+	// run on to their answers. Counted only once the cut attempts returned,
+	// the cuts would double it 4.64ms later, and eight attempts would be cut.
+	synctest.Test(t, func(t *testing.T) {
+		base := &slowAbortBase{latency: func(n int64) time.Duration {
+			if n <= 1000 {
+				return 10 * time.Millisecond
+			}
+			return 20 * time.Millisecond
+		}}
+		tr := &Transport{Base: base, Policy: Policy{AttemptTimeout: time.Second, AttemptTimeoutQuantile: 0.999}}
+		for range 1000 {
+			attempt(t, tr)
+		}
+		tr.OnAttempt = nil // attempt's hook is not for concurrent requests
+		var wg sync.WaitGroup
+		cut := make([]bool, 10)
+		for i := range cut {
+			wg.Go(func() {
+				ctx := WithOverride(context.Background(), Override{MaxAttempts: 1})
+				resp, err := tr.RoundTrip(newReq(t, "GET", "").WithContext(ctx))
+				if err == nil {
+					resp.Body.Close()
+				}
+				cut[i] = errors.Is(err, ErrAttemptTimeout)
+			})
+			time.Sleep(time.Millisecond)
+		}
+		wg.Wait()
+		want := []bool{true, true, true, true, false, false, false, false, false, false}
+		if !slices.Equal(cut, want) {
+			t.Errorf("attempts cut: got %v; want %v", cut, want)
 		}
 	})
 }
