@@ -28,8 +28,9 @@
 // run the same way and checked against the same goals.
 //
 // -trace runs retryhttp alone, seed 1 (or -seed), and prints each client's
-// RateLimiter rate second by second and its cuts: where a goal is missed, it
-// shows which clients the limiter left where, and when.
+// RateLimiter rate and state second by second (or each -every), the cuts,
+// 429s and successes in each second, and each client's cuts: where a goal
+// is missed, it shows which clients the limiter left where, and when.
 //
 // Fake-time bubbles in one process do not run faster in parallel, so the
 // matrix is split into -procs shards, each run by a copy of this command in
@@ -71,6 +72,7 @@ func main() {
 	from := flag.String("workloads", "", "run the workloads of this saved report (a held-out set kept outside the repo) instead of the matrix")
 	trace := flag.Bool("trace", false, "print each client's RateLimiter rate, second by second, in retryhttp's run (seed 1, or -seed) of each workload")
 	traceSeed := flag.Int("seed", 1, "with -trace: the seed to run")
+	traceEvery := flag.Duration("every", time.Second, "with -trace: the interval between samples")
 	summaries := flag.Bool("summaries", false, "with -json: print only the goals summed up per checked peer, not every run")
 	label := flag.String("label", "", "describe the run in the report's variant field (an ablation's setting)")
 	shard := flag.String("shard", "", "internal: run shard i/n of the matrix and print its results as JSON")
@@ -123,7 +125,7 @@ func main() {
 	if *trace {
 		runInBubbles(func(t *testing.T, out *os.File) {
 			for _, w := range workloads {
-				fmt.Fprint(out, traceRates(t, w, max(*traceSeed, 1)))
+				fmt.Fprint(out, traceRates(t, w, max(*traceSeed, 1), max(*traceEvery, time.Millisecond)))
 			}
 		})
 		return
@@ -231,22 +233,32 @@ func runShard(t *testing.T, workloads []bench.Workload, peers []bench.ThrottlePe
 }
 
 // traceRates runs retryhttp's default RateLimiter on w with seed and
-// renders each client's rate at the end of each second, its cuts, and the
-// run's goodput, 429s and Jain.
-func traceRates(t *testing.T, w bench.Workload, seed int) string {
+// renders each client's rate and state (its first letter) at the end of each
+// interval of every, their sum and the cuts in the interval (with every a
+// second, the server's 429s and the callers' successes in it as well), each
+// client's cuts, and the run's goodput, 429s and Jain.
+func traceRates(t *testing.T, w bench.Workload, seed int, every time.Duration) string {
 	var (
-		mu   sync.Mutex
-		lims []*retryhttp.RateLimiter
-		rows []string
+		mu       sync.Mutex
+		lims     []*retryhttp.RateLimiter
+		rows     []string
+		lastCuts uint64
 	)
 	sample := func() {
 		var b strings.Builder
-		fmt.Fprintf(&b, "%4ds", len(rows)+1)
+		fmt.Fprintf(&b, "%7v", time.Duration(len(rows)+1)*every)
 		mu.Lock()
+		var sum float64
+		var cuts uint64
 		for _, l := range lims {
-			fmt.Fprintf(&b, " %6.1f", l.Stats().Rate)
+			st := l.Stats()
+			fmt.Fprintf(&b, " %6.1f%c", st.Rate, st.State[0])
+			sum += st.Rate
+			cuts += st.Cuts
 		}
 		mu.Unlock()
+		fmt.Fprintf(&b, " | sum %7.1f cuts %4d", sum, cuts-lastCuts)
+		lastCuts = cuts
 		rows = append(rows, b.String())
 	}
 	peer := bench.RetryHTTPPeer(bench.PeerRetryHTTP, func() *retryhttp.RateLimiter {
@@ -255,13 +267,18 @@ func traceRates(t *testing.T, w bench.Workload, seed int) string {
 		defer mu.Unlock()
 		if len(lims) == 0 {
 			// The first client's limiter is made in the run's bubble: so
-			// is the sampler, and it sleeps in the bubble's fake time.
-			go func() {
-				for range int(w.Duration / time.Second) {
-					time.Sleep(time.Second)
-					sample()
+			// is the sampler's timer, in the bubble's fake time. A timer,
+			// not a sleeping goroutine: a run whose first limiter is made
+			// late ends before the last sample, and a goroutine still
+			// asleep then would fail the bubble.
+			var tick func()
+			tick = func() {
+				sample()
+				if len(rows) < int(w.Duration/every) {
+					time.AfterFunc(every, tick)
 				}
-			}()
+			}
+			time.AfterFunc(every, tick)
 		}
 		lims = append(lims, l)
 		return l
@@ -270,8 +287,12 @@ func traceRates(t *testing.T, w bench.Workload, seed int) string {
 	run := bench.RunThrottleMatrixShard(t, []bench.Workload{w}, []bench.ThrottlePeer{peer}, seed, seed-1, seed, nil)[0].Runs[0]
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: goodput %.3f, %d 429s, Jain %.3f; rate per client (0: not limiting):\n", w.Name, run.Goodput, run.Throttled, run.Jain)
-	for _, r := range rows {
-		b.WriteString(r + "\n")
+	for i, r := range rows {
+		b.WriteString(r)
+		if se := run.Series; se != nil && i < len(se.Throttled) && every == time.Second {
+			fmt.Fprintf(&b, " 429s %4d ok %4d", se.Throttled[i], se.CallerOK[i])
+		}
+		b.WriteString("\n")
 	}
 	b.WriteString(" cuts")
 	for _, l := range lims {
