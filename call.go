@@ -65,6 +65,7 @@ type outcome struct {
 	err        error
 	release    func()        // ends the attempt's own context
 	timer      *time.Timer   // Policy.AttemptTimeout's, while it runs
+	stretch    *stretch      // timer's, under a measured timeout
 	cut        time.Duration // the attempt timeout that cut it, or 0
 	cutCounted bool          // the timer counted the cut as it made it (stretch)
 	permitWait time.Duration
@@ -384,6 +385,7 @@ func (c *call) sendTimed() {
 		o.timer = time.AfterFunc(timeout, st.fire)
 		st.timer = o.timer
 		st.mu.Unlock()
+		o.stretch = st
 	} else {
 		o.timer = time.AfterFunc(timeout, release)
 	}
@@ -395,7 +397,7 @@ func (c *call) sendTimed() {
 	} else {
 		fired = !o.timer.Stop()
 	}
-	o.timer = nil
+	o.timer, o.stretch = nil, nil
 	switch {
 	case fired && o.sent.Context().Err() == nil:
 		discard(o.resp, release)
@@ -731,9 +733,13 @@ func (c *call) release() {
 		c.race.abandon()
 	}
 	if o := &c.o; o.timer != nil || o.resp != nil || o.release != nil {
-		if o.timer != nil {
+		if o.stretch != nil {
+			o.stretch.stop() // a fire under way neither stretches nor counts a cut
+			o.stretch = nil
+		} else if o.timer != nil {
 			o.timer.Stop()
 		}
+		o.timer = nil
 		if o.resp != nil {
 			closeBody(o.resp.Body)
 		}
