@@ -626,8 +626,14 @@ func (c *call) finish() (*http.Response, error) {
 	resp := c.o.resp
 	if resp == nil {
 		cause := c.o.err
-		if c.v.late {
+		switch ctxErr := c.ctx.Err(); {
+		case c.v.late:
 			cause = fmt.Errorf("%w; last attempt: %w", errTooLate, cause)
+		case d == StopCanceled && ctxErr != nil && !errors.Is(cause, ctxErr):
+			// The attempt ended by its own cancel (its timeout cut it) and
+			// returned after the caller's context ended: the caller's
+			// reason is the call's.
+			cause = fmt.Errorf("%w; last attempt: %w", ctxErr, cause)
 		}
 		return nil, c.fail(d, cause, false)
 	}

@@ -773,3 +773,34 @@ func TestAttemptTimeoutQuantileCountsACutWhenItFires(t *testing.T) {
 		}
 	})
 }
+
+func TestCallerDeadlineWinsOverAttemptCut(t *testing.T) {
+	// The attempt's timer cuts it at 10ms, the caller's deadline passes at
+	// 20ms, and the base, slow to abort, returns at 50ms with its attempt's
+	// own cancellation. The caller learns that its deadline passed.
+	tests := []struct {
+		name   string
+		policy Policy
+	}{
+		{"fixed attempt timeout", Policy{AttemptTimeout: 10 * time.Millisecond}},
+		{"measured attempt timeout, before it forms", Policy{AttemptTimeout: 10 * time.Millisecond, AttemptTimeoutQuantile: 0.999}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := &slowAbortBase{latency: func(int64) time.Duration { return 50 * time.Millisecond }}
+				tr := &Transport{Base: base, Policy: tt.policy}
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+				defer cancel()
+				_, err := tr.RoundTrip(newReq(t, "GET", "").WithContext(ctx))
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("got %v; want an error that wraps context.DeadlineExceeded", err)
+				}
+				var e *Error
+				if !errors.As(err, &e) || e.Decision != StopCanceled {
+					t.Errorf("got %v; want an *Error with StopCanceled", err)
+				}
+			})
+		})
+	}
+}
