@@ -67,7 +67,6 @@ type outcome struct {
 	timer      *time.Timer   // Policy.AttemptTimeout's, while it runs
 	stretch    *stretch      // timer's, under a measured timeout
 	cut        time.Duration // the attempt timeout that cut it, or 0
-	cutCounted bool          // the timer counted the cut as it made it (stretch)
 	permitWait time.Duration
 	start      time.Time // when observing
 	hedges     hedgeStats
@@ -321,11 +320,11 @@ func (c *call) sendMeasured() {
 		c.sendOne()
 		return
 	}
-	c.o.cut, c.o.cutCounted = 0, false
+	c.o.cut = 0
 	start := time.Now()
 	c.sendOne()
-	if c.ctx.Err() != nil || c.o.cutCounted {
-		return
+	if c.ctx.Err() != nil || c.o.cut > 0 && c.timeoutMeasured() {
+		return // the caller's end; or a measured cut, which stretch.fire counted
 	}
 	c.hs.lat.attempt(time.Since(start), c.o.cut, c.timeoutMeasured(), c.ownTimeout(), c.t.Policy.quantiles())
 }
@@ -393,7 +392,7 @@ func (c *call) sendTimed() {
 	o.class = c.classify(o.resp, o.err)
 	var fired bool
 	if st != nil {
-		fired, timeout, o.cutCounted = st.stop()
+		fired, timeout = st.stop()
 	} else {
 		fired = !o.timer.Stop()
 	}
@@ -424,11 +423,11 @@ type stretch struct {
 	ctx     context.Context // the request's: a cut after it ended is not counted
 	release func()          // ends the attempt
 
-	mu           sync.Mutex
-	timer        *time.Timer
-	limit        time.Duration // the timeout in force
-	stopped      bool          // the attempt returned first
-	cut, counted bool          // fire cut the attempt; and counted the cut
+	mu      sync.Mutex
+	timer   *time.Timer
+	limit   time.Duration // the timeout in force
+	stopped bool          // the attempt returned first
+	cut     bool          // fire cut the attempt
 }
 
 // fire runs when the timer does: it stretches the attempt to a longer
@@ -447,20 +446,18 @@ func (s *stretch) fire() {
 	s.cut = true
 	if s.ctx.Err() == nil {
 		s.lat.cut(s.limit, s.qs)
-		s.counted = true
 	}
 	s.release()
 }
 
 // stop ends the timer once the attempt returned. It reports whether fire
-// cut the attempt first, the timeout in force, and whether the cut was
-// counted.
-func (s *stretch) stop() (cut bool, limit time.Duration, counted bool) {
+// cut the attempt first, and the timeout in force.
+func (s *stretch) stop() (cut bool, limit time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stopped = true
 	s.timer.Stop()
-	return s.cut, s.limit, s.counted
+	return s.cut, s.limit
 }
 
 // decide settles the tokens of the retry just made (refunded if it

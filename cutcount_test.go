@@ -139,6 +139,19 @@ func cutsToRaise(t *testing.T, tr *Transport, b *switchBase, timeout time.Durati
 	return -1
 }
 
+// startRaise starts censorAlarm attempts that hang, on wg. Their cuts at
+// 15.36ms double the timeout to raisedAt. It returns 1ms after they
+// started, so that an attempt begun then meets its timer after the raise.
+func startRaise(t *testing.T, tr *Transport, b *switchBase, wg *sync.WaitGroup) {
+	t.Helper()
+	b.set(hangs)
+	for range censorAlarm {
+		wg.Go(func() { once(t, tr, context.Background(), Override{}) })
+	}
+	synctest.Wait()
+	time.Sleep(time.Millisecond)
+}
+
 func TestAttemptTimeoutQuantileCountsEachCutOnce(t *testing.T) {
 	// Each scenario runs under a measured timeout of 15.36ms, with no cut
 	// counted yet, and returns how many cuts it should have counted (at
@@ -354,13 +367,8 @@ func TestAttemptTimeoutQuantileEndedAttemptCountsNoCut(t *testing.T) {
 			for trial := range 40 { // the timer and the end race at one instant
 				synctest.Test(t, func(t *testing.T) {
 					tr, b := measuredAt15ms(t, Policy{}, nil)
-					b.set(hangs)
 					var wg sync.WaitGroup
-					for range censorAlarm {
-						wg.Go(func() { once(t, tr, context.Background(), Override{}) })
-					}
-					synctest.Wait()
-					time.Sleep(time.Millisecond)
+					startRaise(t, tr, b, &wg)
 					b.set(func(*http.Request) (*http.Response, error) {
 						time.Sleep(cutAt)
 						tc.end()
@@ -388,13 +396,8 @@ func TestAttemptTimeoutQuantileStretchedCutNamesItsTimeout(t *testing.T) {
 	// once, against the raised timeout.
 	synctest.Test(t, func(t *testing.T) {
 		tr, b := measuredAt15ms(t, Policy{}, nil)
-		b.set(hangs)
 		var wg sync.WaitGroup
-		for range censorAlarm {
-			wg.Go(func() { once(t, tr, context.Background(), Override{}) })
-		}
-		synctest.Wait()
-		time.Sleep(time.Millisecond)
+		startRaise(t, tr, b, &wg)
 		var a Attempt
 		tr.OnAttempt = func(got Attempt) { a = got }
 		err := once(t, tr, context.Background(), Override{})
